@@ -1,0 +1,80 @@
+"""Non-blocking transport over ``aiohttp``, for triggers."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Self
+
+import aiohttp
+
+from airflow_provider_slurmapi.client.base import ClientBase
+from airflow_provider_slurmapi.client.cluster import ClusterRef
+from airflow_provider_slurmapi.client.envelope import SlurmReply, SlurmRequest, read_reply
+from airflow_provider_slurmapi.client.errors import TransportError, UnauthenticatedError
+from airflow_provider_slurmapi.client.operations import Operation
+
+# Returns a valid access token; with force=True it must fetch a new one.
+TokenSource = Callable[[bool], Awaitable[str]]
+
+
+class AsyncSlurmJobApiClient(ClientBase):
+    """Async client. Tokens come from ``token_source``; a rejected token is refreshed once."""
+
+    def __init__(
+        self,
+        cluster: ClusterRef,
+        token_source: TokenSource,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(cluster, **kwargs)
+        self.token_source = token_source
+        self._session = session
+        self._owns_session = session is None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._owns_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _client_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+            self._owns_session = True
+        return self._session
+
+    async def _run(self, operation: Operation) -> Any:
+        try:
+            request = next(operation)
+            while True:
+                request = operation.send(await self._send(request))
+        except StopIteration as done:
+            return done.value
+
+    async def _send(self, request: SlurmRequest) -> SlurmReply:
+        data = request.encode()
+        async for attempt in self.retry.async_retrying(request):
+            with attempt:
+                try:
+                    return await self._post(request, data, force_token=False)
+                except UnauthenticatedError:
+                    # The token expired during a long wait: fetch a new one and try once more.
+                    return await self._post(request, data, force_token=True)
+        raise AssertionError("unreachable")  # tenacity re-raises the last error
+
+    async def _post(self, request: SlurmRequest, data: bytes, *, force_token: bool) -> SlurmReply:
+        token = await self.token_source(force_token)
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        try:
+            async with self._client_session().post(self.cluster.url, data=data, headers=headers) as response:
+                text = await response.text()
+        except (TimeoutError, aiohttp.ClientError) as error:
+            raise TransportError(f"{request.method} {request.path}: {error!r}") from error
+        return read_reply(request, response.status, text)

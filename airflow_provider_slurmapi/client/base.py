@@ -1,0 +1,54 @@
+"""The client's operations, written once for the sync and the async transport."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_slurmapi.client import operations
+from airflow_provider_slurmapi.client.cluster import ClusterRef
+from airflow_provider_slurmapi.client.operations import Operation
+from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION, SlurmPaths
+from airflow_provider_slurmapi.client.retry import RetryPolicy
+
+
+class ClientBase:
+    """Each method returns the operation's result (sync client) or an awaitable of it (async client)."""
+
+    def __init__(
+        self,
+        cluster: ClusterRef,
+        *,
+        api_version: str = DEFAULT_API_VERSION,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.paths = SlurmPaths(api_version)
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+
+    def _run(self, operation: Operation) -> Any:
+        raise NotImplementedError
+
+    def submit_job(self, job: dict[str, Any], script: str) -> Any:
+        """Submit a batch job; the result is the new job's ID (a string)."""
+        return self._run(operations.submit_job(self.paths, job, script))
+
+    def get_job(self, job_id: str | int) -> Any:
+        """The job's ``JobStatus``, from the live queue or, once it left it, from accounting."""
+        return self._run(operations.get_job(self.paths, job_id))
+
+    def list_jobs(self) -> Any:
+        """``JobStatus`` of every job in the live queue."""
+        return self._run(operations.list_jobs(self.paths))
+
+    def cancel_job(self, job_id: str | int, signal: str | int | None = None) -> Any:
+        """Cancel (or signal) a job; True if it was active, False if it had already finished."""
+        return self._run(operations.cancel_job(self.paths, job_id, signal))
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """Any other Slurm REST call; the result is slurmrestd's JSON reply."""
+        return self._run(operations.call(method, path, body))
+
+    def ping(self) -> Any:
+        return self._run(operations.ping(self.paths))

@@ -1,0 +1,148 @@
+"""Exceptions of the Slurm Job API client.
+
+Two families: Google rejected the ``callSlurmRestApi`` call itself (``GoogleApiError`` and its
+subclasses, one per documented status), or Slurm answered with an error (``SlurmError``).
+``retryable`` says whether the same request may be sent again after a pause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+class SlurmJobApiError(Exception):
+    """Base class of every error this client raises."""
+
+    retryable = False
+
+
+class InvalidRequestError(SlurmJobApiError, ValueError):
+    """A request was refused before anything was sent: a field has a value that is not allowed."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class RequestTooLargeError(InvalidRequestError):
+    """The request is at or above the API's 1 MB limit."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            "request",
+            f"the request is {size:,} bytes; the Slurm Job API accepts requests under {limit:,} bytes. "
+            "Put large scripts or data on the cluster's shared storage and submit a short wrapper "
+            "script that calls them.",
+        )
+        self.size = size
+        self.limit = limit
+
+
+class TransportError(SlurmJobApiError):
+    """The request did not get an answer: connection refused or reset, or a timeout."""
+
+    retryable = True
+
+
+class GoogleApiError(SlurmJobApiError):
+    """Google's API front end rejected the call (a ``{"error": {...}}`` envelope)."""
+
+    def __init__(self, http_status: int, status: str, message: str) -> None:
+        super().__init__(f"{status} ({http_status}): {message}")
+        self.http_status = http_status
+        self.status = status
+        self.message = message
+
+
+class PermissionDeniedError(GoogleApiError):
+    """The caller has no access to the cluster (needs aiplatform.googleapis.com/modelDevelopmentClusters.run)."""
+
+
+class UnauthenticatedError(GoogleApiError):
+    """The access token is missing, invalid or expired."""
+
+
+class ClusterNotFoundError(GoogleApiError):
+    """The project, region or cluster ID names no training cluster."""
+
+
+class InvalidArgumentError(GoogleApiError):
+    """The path is not a valid Slurm path, or the request is too large."""
+
+
+class UnavailableError(GoogleApiError):
+    """The cluster or the API is temporarily unreachable; retry after a pause."""
+
+    retryable = True
+
+
+class ResourceExhaustedError(GoogleApiError):
+    """A quota or rate limit was hit; retry after a pause."""
+
+    retryable = True
+
+
+class ServerError(GoogleApiError):
+    """Google's front end failed (HTTP 5xx without a more specific status)."""
+
+    retryable = True
+
+
+GOOGLE_ERRORS: dict[str, type[GoogleApiError]] = {
+    "PERMISSION_DENIED": PermissionDeniedError,
+    "UNAUTHENTICATED": UnauthenticatedError,
+    "NOT_FOUND": ClusterNotFoundError,
+    "INVALID_ARGUMENT": InvalidArgumentError,
+    "UNAVAILABLE": UnavailableError,
+    "RESOURCE_EXHAUSTED": ResourceExhaustedError,
+}
+
+
+@dataclass(frozen=True)
+class SlurmErrorDetail:
+    """One entry of slurmrestd's ``errors`` list."""
+
+    error_number: int | None
+    error: str
+    description: str
+    source: str
+
+    @classmethod
+    def from_reply(cls, entry: dict[str, Any]) -> SlurmErrorDetail:
+        return cls(
+            error_number=entry.get("error_number"),
+            error=str(entry.get("error", "")),
+            description=str(entry.get("description", "")),
+            source=str(entry.get("source", "")),
+        )
+
+    def __str__(self) -> str:
+        text = "; ".join(part for part in (self.error, self.description) if part)
+        return f"[{self.error_number}] {text}" if self.error_number is not None else text
+
+
+class SlurmError(SlurmJobApiError):
+    """slurmrestd answered with an HTTP status >= 400 or a non-empty ``errors`` list."""
+
+    def __init__(self, status: int, errors: list[SlurmErrorDetail], path: str = "") -> None:
+        details = "; ".join(str(e) for e in errors) or "no error details"
+        where = f" for {path}" if path else ""
+        super().__init__(f"Slurm answered {status}{where}: {details}")
+        self.status = status
+        self.errors = errors
+        self.path = path
+
+    @property
+    def error_numbers(self) -> list[int]:
+        return [e.error_number for e in self.errors if e.error_number is not None]
+
+
+class JobNotFoundError(SlurmJobApiError):
+    """Neither the live queue (/slurm) nor accounting (/slurmdb) knows the job."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(
+            f"Slurm job {job_id} was found neither in the live queue nor in accounting (/slurmdb)"
+        )
+        self.job_id = job_id

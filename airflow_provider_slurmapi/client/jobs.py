@@ -1,0 +1,216 @@
+"""The one model of a Slurm job's status, read from /slurm (live queue) or /slurmdb (accounting).
+
+Every reader of job state goes through here: what is finished, what counts as success, how exit
+codes are read. Success means the job ended COMPLETED with exit code 0; a batch script that
+exits 0 after a failed srun step is still COMPLETED, and its ``derived_exit_code`` is reported
+beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+ACTIVE_STATES = frozenset(
+    {"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "REQUEUED", "RESIZING", "SIGNALING",
+     "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT"}
+)
+FINISHED_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+     "OUT_OF_MEMORY", "REVOKED"}
+)
+
+
+@dataclass(frozen=True)
+class ExitCode:
+    """Slurm's ``{status, return_code, signal}`` exit code."""
+
+    status: str = "SUCCESS"  # SUCCESS, ERROR, SIGNALED, CORE_DUMPED, PENDING, INVALID
+    return_code: int | None = 0
+    signal: int | None = None
+    signal_name: str | None = None
+
+    @classmethod
+    def from_reply(cls, value: Any) -> ExitCode | None:
+        if isinstance(value, int):  # older versions give a plain number
+            return cls(status="SUCCESS" if value == 0 else "ERROR", return_code=value)
+        if not isinstance(value, dict):
+            return None
+        statuses = value.get("status") or ["SUCCESS"]
+        status = statuses[0] if isinstance(statuses, list) else str(statuses)
+        signal = value.get("signal") or {}
+        return cls(
+            status=status,
+            return_code=_number(value.get("return_code")),
+            signal=_number(signal.get("id")) if isinstance(signal, dict) else None,
+            signal_name=(signal.get("name") or None) if isinstance(signal, dict) else None,
+        )
+
+    @property
+    def is_zero(self) -> bool:
+        return self.status == "SUCCESS" and not self.return_code and self.signal is None
+
+    def __str__(self) -> str:
+        if self.signal is not None:
+            name = f" (SIG{self.signal_name})" if self.signal_name else ""
+            return f"killed by signal {self.signal}{name}"
+        return f"exit code {self.return_code}" if self.return_code is not None else self.status.lower()
+
+
+def _number(value: Any) -> int | None:
+    """Read Slurm's ``{set, infinite, number}`` wrapper (or a plain int); unset gives None."""
+    if isinstance(value, dict):
+        return int(value["number"]) if value.get("set") and not value.get("infinite") else None
+    if isinstance(value, bool):
+        return None
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+def _state_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value] if value else []
+    return [str(v) for v in value or []]
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What the provider knows of one Slurm job at one moment."""
+
+    job_id: str
+    state: str
+    flags: tuple[str, ...] = ()
+    reason: str | None = None
+    exit_code: ExitCode | None = None
+    derived_exit_code: ExitCode | None = None
+    name: str = ""
+    comment: str = ""
+    source: str = "slurm"  # "slurm" (live queue), "slurmdb" (accounting) or "state" (bulk state list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_slurm(cls, job: dict[str, Any]) -> JobStatus:
+        """A job object of ``GET /slurm/vX/job/{id}`` or ``/jobs``."""
+        states = _state_list(job.get("job_state"))
+        reason = job.get("state_reason")
+        return cls(
+            job_id=_slurm_job_id(job),
+            state=states[0] if states else "UNKNOWN",
+            flags=tuple(states[1:]),
+            reason=reason if reason and reason != "None" else None,
+            exit_code=ExitCode.from_reply(job.get("exit_code")),
+            derived_exit_code=ExitCode.from_reply(job.get("derived_exit_code")),
+            name=str(job.get("name") or ""),
+            comment=str(job.get("comment") or ""),
+            source="slurm",
+            extra={"state_description": job.get("state_description") or ""},
+        )
+
+    @classmethod
+    def from_slurmdb(cls, job: dict[str, Any]) -> JobStatus:
+        """A job object of ``GET /slurmdb/vX/job/{id}``: state under ``state.current``."""
+        state = job.get("state") or {}
+        states = _state_list(state.get("current") if isinstance(state, dict) else state)
+        reason = state.get("reason") if isinstance(state, dict) else None
+        comment = job.get("comment")
+        return cls(
+            job_id=_slurmdb_job_id(job),
+            state=states[0] if states else "UNKNOWN",
+            flags=tuple(states[1:]),
+            reason=reason if reason and reason != "None" else None,
+            exit_code=ExitCode.from_reply(job.get("exit_code")),
+            derived_exit_code=ExitCode.from_reply(job.get("derived_exit_code")),
+            name=str(job.get("name") or ""),
+            comment=str(comment.get("job") or "") if isinstance(comment, dict) else str(comment or ""),
+            source="slurmdb",
+        )
+
+    @property
+    def is_finished(self) -> bool:
+        # A base state still COMPLETING is not over yet: the job's processes are being cleaned up.
+        return self.state in FINISHED_STATES and "COMPLETING" not in self.flags
+
+    @property
+    def is_active(self) -> bool:
+        return not self.is_finished
+
+    @property
+    def is_success(self) -> bool:
+        return self.state == "COMPLETED" and (self.exit_code is None or self.exit_code.is_zero)
+
+    @property
+    def effective_exit_code(self) -> ExitCode | None:
+        """The exit code worth showing: /slurmdb reports SUCCESS/0 for CANCELLED and TIMEOUT jobs."""
+        if self.source == "slurmdb" and self.state in {"CANCELLED", "TIMEOUT"} and self.exit_code and (
+            self.exit_code.is_zero
+        ):
+            return None
+        return self.exit_code
+
+    def describe(self) -> str:
+        """One line for logs and task failures: state, reason, exit code, derived exit code."""
+        parts = [f"Slurm job {self.job_id} is {self.state}"]
+        if self.flags:
+            parts[0] += f" ({', '.join(self.flags)})"
+        if self.reason:
+            parts.append(f"reason: {self.reason}")
+        if self.is_finished and self.effective_exit_code is not None:
+            parts.append(str(self.effective_exit_code))
+        if self.is_finished and self.derived_exit_code is not None and not self.derived_exit_code.is_zero:
+            parts.append(f"derived (worst step) {self.derived_exit_code}")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable form, for trigger events and XCom."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobStatus:
+        values = dict(data)
+        for key in ("exit_code", "derived_exit_code"):
+            if values.get(key) is not None:
+                values[key] = ExitCode(**values[key])
+        values["flags"] = tuple(values.get("flags") or ())
+        return cls(**values)
+
+
+def _slurm_job_id(job: dict[str, Any]) -> str:
+    array_task = _number(job.get("array_task_id"))
+    array_job = _number(job.get("array_job_id"))
+    if array_task is not None and array_job:
+        return f"{array_job}_{array_task}"
+    het_offset = _number(job.get("het_job_offset"))
+    het_job = _number(job.get("het_job_id"))
+    if het_job and het_offset is not None and het_job != job.get("job_id"):
+        return f"{het_job}+{het_offset}"
+    return str(job.get("job_id"))
+
+
+def _slurmdb_job_id(job: dict[str, Any]) -> str:
+    array = job.get("array") or {}
+    task = _number(array.get("task_id")) if isinstance(array, dict) else None
+    if task is not None and array.get("job_id"):
+        return f"{array['job_id']}_{task}"
+    het = job.get("het") or {}
+    offset = _number(het.get("job_offset")) if isinstance(het, dict) else None
+    if offset is not None and het.get("job_id"):
+        return f"{het['job_id']}+{offset}"
+    return str(job.get("job_id"))
+
+
+def select_job(job_id: str, jobs: list[JobStatus]) -> JobStatus | None:
+    """The status of ``job_id`` in a reply, or None.
+
+    Asking for an array's ID returns all of its tasks: the array counts as active while any task
+    is, and as successful only when every task is.
+    """
+    exact = [job for job in jobs if job.job_id == job_id]
+    if len(jobs) <= 1 or (exact and "_" in job_id):
+        return exact[0] if exact else (jobs[0] if jobs else None)
+    active = [job for job in jobs if job.is_active]
+    failed = [job for job in jobs if job.is_finished and not job.is_success]
+    lead = active[0] if active else failed[0] if failed else jobs[0]
+    return replace(
+        lead,
+        job_id=job_id,
+        extra={**lead.extra, "tasks": {job.job_id: job.state for job in jobs}},
+    )

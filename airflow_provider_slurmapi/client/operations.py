@@ -1,0 +1,125 @@
+"""What each API operation sends and how it reads the answers, without doing any I/O.
+
+Each operation is a generator: it yields a ``SlurmRequest``, receives the ``SlurmReply`` and
+finally returns its result. The sync and async clients drive the same generators, so they
+differ only in how bytes travel.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator
+from typing import Any
+
+from airflow_provider_slurmapi.client.envelope import SlurmReply, SlurmRequest
+from airflow_provider_slurmapi.client.errors import (
+    InvalidRequestError,
+    JobNotFoundError,
+    SlurmError,
+    SlurmErrorDetail,
+)
+from airflow_provider_slurmapi.client.jobs import JobStatus, select_job
+from airflow_provider_slurmapi.client.paths import SlurmPaths, validate_job_id
+
+log = logging.getLogger(__name__)
+
+Operation = Generator[SlurmRequest, SlurmReply, Any]
+
+# slurmrestd refuses a submit without these (errors 2019 and 2063); documented defaults.
+DEFAULT_ENVIRONMENT = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
+DEFAULT_WORKING_DIRECTORY = "/tmp"
+
+ERROR_INVALID_JOB_ID = 2017
+ERROR_ALREADY_COMPLETING = 2021
+
+
+def submission_body(job: dict[str, Any], script: str) -> dict[str, Any]:
+    """The submit request body, with the defaults real slurmrestd needs filled in."""
+    if not isinstance(job, dict):
+        raise InvalidRequestError("job", f"must be a dict (a Slurm job description), got {type(job).__name__}")
+    if not isinstance(script, str) or not script.strip():
+        raise InvalidRequestError("script", "must be the non-empty text of a batch script")
+    if not script.startswith("#!"):
+        raise InvalidRequestError("script", "must start with a shebang line such as #!/bin/bash")
+    if "script" in job:
+        raise InvalidRequestError("job.script", "pass the batch script as `script`, not inside `job`")
+    job = dict(job)
+    job.setdefault("environment", list(DEFAULT_ENVIRONMENT))
+    job.setdefault("current_working_directory", DEFAULT_WORKING_DIRECTORY)
+    return {"job": job, "script": script}
+
+
+def submit_job(paths: SlurmPaths, job: dict[str, Any], script: str) -> Operation:
+    reply = yield SlurmRequest("POST", paths.submit(), submission_body(job, script))
+    job_id = reply.body.get("job_id")
+    if job_id is None:
+        raise SlurmError(reply.status, [], path=paths.submit())
+    return str(job_id)
+
+
+def get_job(paths: SlurmPaths, job_id: object) -> Operation:
+    """Status from the live queue; a job that left it is read from accounting."""
+    job_id = validate_job_id(job_id)
+    reply = yield SlurmRequest("GET", paths.job(job_id), accept_status=(404,))
+    if reply.status != 404:
+        found = select_job(job_id, [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []])
+        if found is not None:
+            return found
+    return (yield from get_accounting_job(paths, job_id))
+
+
+def get_accounting_job(paths: SlurmPaths, job_id: str) -> Operation:
+    reply = yield SlurmRequest("GET", paths.accounting_job(job_id))
+    found = select_job(job_id, [JobStatus.from_slurmdb(j) for j in reply.body.get("jobs") or []])
+    if found is None:
+        raise JobNotFoundError(job_id)
+    return found
+
+
+def list_jobs(paths: SlurmPaths) -> Operation:
+    reply = yield SlurmRequest("GET", paths.jobs())
+    return [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []]
+
+
+def cancel_job(paths: SlurmPaths, job_id: object, signal: str | int | None = None) -> Operation:
+    """Ask Slurm to cancel (or signal) a job. A job that already finished counts as success.
+
+    Returns True when the request was accepted for a job still active, False when it had already
+    finished. DELETE always answers 200; failures are inside ``status[]``.
+    """
+    job_id = validate_job_id(job_id)
+    path = paths.cancel(job_id, signal)
+    reply = yield SlurmRequest("DELETE", path)
+    codes = [
+        (entry.get("error") or {}).get("code", 0)
+        for entry in reply.body.get("status") or []
+        if isinstance(entry, dict)
+    ]
+    failures = [code for code in codes if code not in (0, ERROR_ALREADY_COMPLETING, ERROR_INVALID_JOB_ID)]
+    if failures:
+        raise SlurmError(reply.status, [_status_detail(e) for e in reply.body["status"]], path=path)
+    if ERROR_INVALID_JOB_ID in codes:
+        # Unknown to the live queue: finished and purged (fine), or never existed (an error).
+        status = yield from get_accounting_job(paths, job_id)
+        log.info("Slurm job %s had already left the live queue: %s", job_id, status.describe())
+        return False
+    if ERROR_ALREADY_COMPLETING in codes:
+        log.info("Slurm job %s had already finished; nothing to cancel", job_id)
+        return False
+    return True
+
+
+def _status_detail(entry: dict[str, Any]) -> SlurmErrorDetail:
+    error = entry.get("error") or {}
+    return SlurmErrorDetail(error.get("code"), str(error.get("string", "")), str(error.get("message", "")), "")
+
+
+def call(method: str, path: str, body: dict[str, Any] | None = None) -> Operation:
+    """Any other Slurm REST call; returns slurmrestd's JSON reply."""
+    reply = yield SlurmRequest(method.upper(), path, body)
+    return reply.body
+
+
+def ping(paths: SlurmPaths) -> Operation:
+    reply = yield SlurmRequest("GET", paths.ping())
+    return reply.body

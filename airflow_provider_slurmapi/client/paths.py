@@ -1,0 +1,72 @@
+"""Slurm REST paths, built only from validated values so that nothing but an ID lands in a path."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+from airflow_provider_slurmapi.client.errors import InvalidRequestError
+
+DEFAULT_API_VERSION = "v0.0.42"
+
+_API_VERSION = re.compile(r"v0\.0\.\d{2}")
+# Plain (123), array task (123_4) or heterogeneous component (123+1).
+_JOB_ID = re.compile(r"[1-9]\d{0,9}(?:_\d{1,10}|\+\d{1,5})?")
+_SIGNAL = re.compile(r"(?:SIG)?[A-Z][A-Z0-9]{0,9}|\d{1,2}")
+
+
+def validate_api_version(api_version: str) -> str:
+    if not isinstance(api_version, str) or not _API_VERSION.fullmatch(api_version):
+        raise InvalidRequestError(
+            "api_version", f"{api_version!r} is not a Slurm REST version; expected v0.0.NN, e.g. v0.0.42"
+        )
+    return api_version
+
+
+def validate_job_id(job_id: object) -> str:
+    """Return the job ID as a string, or refuse it. Accepts ints and plain, array and het IDs."""
+    text = str(job_id).strip() if isinstance(job_id, (str, int)) and not isinstance(job_id, bool) else None
+    if text is None or not _JOB_ID.fullmatch(text):
+        raise InvalidRequestError(
+            "job_id",
+            f"{job_id!r} is not a Slurm job ID; expected a number (123), an array task (123_4) "
+            "or a heterogeneous job component (123+1)",
+        )
+    return text
+
+
+def validate_signal(signal: str | int) -> str:
+    text = str(signal).strip().upper()
+    if not _SIGNAL.fullmatch(text):
+        raise InvalidRequestError("signal", f"{signal!r} is not a signal name (KILL, TERM, USR1) or number")
+    return text
+
+
+@dataclass(frozen=True)
+class SlurmPaths:
+    """The Slurm REST paths this provider uses, for one API version."""
+
+    api_version: str = DEFAULT_API_VERSION
+
+    def __post_init__(self) -> None:
+        validate_api_version(self.api_version)
+
+    def submit(self) -> str:
+        return f"/slurm/{self.api_version}/job/submit"
+
+    def job(self, job_id: object) -> str:
+        return f"/slurm/{self.api_version}/job/{validate_job_id(job_id)}"
+
+    def cancel(self, job_id: object, signal: str | int | None = None) -> str:
+        path = self.job(job_id)
+        return f"{path}?{urlencode({'signal': validate_signal(signal)})}" if signal is not None else path
+
+    def jobs(self) -> str:
+        return f"/slurm/{self.api_version}/jobs/"
+
+    def accounting_job(self, job_id: object) -> str:
+        return f"/slurmdb/{self.api_version}/job/{validate_job_id(job_id)}"
+
+    def ping(self) -> str:
+        return f"/slurm/{self.api_version}/ping"

@@ -1,0 +1,53 @@
+"""The one retry policy for transient failures (UNAVAILABLE, 429, 5xx, connection errors).
+
+Only requests that are safe to repeat are retried: reads and cancels. A submit is never resent
+blindly, since a lost reply may hide a job that Slurm already created.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tenacity
+
+from airflow_provider_slurmapi.client.envelope import SlurmRequest
+from airflow_provider_slurmapi.client.errors import SlurmJobApiError
+
+
+def is_transient(error: BaseException) -> bool:
+    return isinstance(error, SlurmJobApiError) and error.retryable
+
+
+def is_repeatable(request: SlurmRequest) -> bool:
+    return request.method in ("GET", "DELETE")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter, bounded in attempts and in total time."""
+
+    max_attempts: int = 5
+    initial_wait: float = 1.0
+    max_wait: float = 30.0
+    max_elapsed: float = 120.0
+
+    def _arguments(self) -> dict:
+        return {
+            "retry": tenacity.retry_if_exception(is_transient),
+            "wait": tenacity.wait_random_exponential(multiplier=self.initial_wait, max=self.max_wait),
+            "stop": tenacity.stop_after_attempt(self.max_attempts) | tenacity.stop_after_delay(self.max_elapsed),
+            "reraise": True,
+        }
+
+    def retrying(self, request: SlurmRequest) -> tenacity.Retrying:
+        if not is_repeatable(request):
+            return tenacity.Retrying(stop=tenacity.stop_after_attempt(1), reraise=True)
+        return tenacity.Retrying(**self._arguments())
+
+    def async_retrying(self, request: SlurmRequest) -> tenacity.AsyncRetrying:
+        if not is_repeatable(request):
+            return tenacity.AsyncRetrying(stop=tenacity.stop_after_attempt(1), reraise=True)
+        return tenacity.AsyncRetrying(**self._arguments())
+
+
+NO_RETRY = RetryPolicy(max_attempts=1)

@@ -1,0 +1,180 @@
+"""The emulator's job records: what a Slurm controller would remember about each job."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class State(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+
+
+TERMINAL = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT})
+
+# Slurm's NO_VAL for "never started" times in accounting (seen for a job cancelled while pending).
+SLURMDB_NEVER_STARTED = 4294967294
+# What %a expands to for a job that is not part of an array (Slurm's NO_VAL).
+NO_ARRAY_TASK = 4294967294
+
+
+@dataclass
+class ExitInfo:
+    """One exit code as Slurm reports it: a return code, or the signal that ended the process."""
+
+    return_code: int = 0
+    signal: int | None = None
+
+    @property
+    def status(self) -> str:
+        if self.signal is not None:
+            return "SIGNALED"
+        return "SUCCESS" if self.return_code == 0 else "ERROR"
+
+    @property
+    def signal_name(self) -> str:
+        if self.signal is None:
+            return ""
+        try:
+            return signal.Signals(self.signal).name.removeprefix("SIG")
+        except ValueError:
+            return str(self.signal)
+
+    @staticmethod
+    def from_returncode(returncode: int) -> ExitInfo:
+        # asyncio reports "killed by signal N" as -N.
+        if returncode < 0:
+            return ExitInfo(return_code=0, signal=-returncode)
+        return ExitInfo(return_code=returncode)
+
+
+TERM_EXIT = ExitInfo(signal=signal.SIGTERM.value)
+
+
+@dataclass
+class Step:
+    """An ``srun`` step recorded by the srun shim, or the batch step itself."""
+
+    step_id: str  # "batch" or "0", "1", ...
+    name: str
+    state: State
+    exit: ExitInfo
+    start: int
+    end: int  # 0 while running
+
+
+@dataclass
+class Job:
+    job_id: int
+    name: str
+    user_name: str
+    user_id: int
+    group_id: int
+    group_name: str
+    script: str
+    environment: dict[str, str]
+    cwd: str
+    stdout_pattern: str  # as submitted (or the default), unexpanded
+    stderr_pattern: str  # "" when not given: stderr then goes to the stdout file
+    stdin: str
+    partition: str
+    comment: str
+    time_limit: int | None  # minutes; None = unlimited
+    hold: bool
+    submit_time: int
+    begin_time: int  # 0 = eligible at once
+    tasks_per_node: int = 1
+    cpus_per_task: int = 1
+    min_nodes: int = 1
+    # array bookkeeping: array_job_id 0 and array_task_id None for plain jobs, like Slurm
+    array_job_id: int = 0
+    array_task_id: int | None = None
+    array_max_tasks: int = 0
+    state: State = State.PENDING
+    state_reason: str = "None"
+    state_description: str = ""
+    completing: bool = False
+    start_time: int = 0
+    end_time: int = 0
+    ended_at: float = 0.0  # wall clock when it became terminal, for the min_job_age purge
+    exit: ExitInfo = field(default_factory=ExitInfo)
+    steps: list[Step] = field(default_factory=list)
+    kill_request_user: str = ""
+    stop_reason: State | None = None  # CANCELLED or TIMEOUT once we decided to stop it
+    last_change: int = 0
+    ran: bool = False  # it reached RUNNING (allocated a node), even if it failed at once
+    process: asyncio.subprocess.Process | None = field(default=None, repr=False)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    @property
+    def display_id(self) -> str:
+        """``123`` or, for an array task, ``ARRAYID_TASK`` (how squeue and jobs/state name it)."""
+        if self.array_task_id is None:
+            return str(self.job_id)
+        return f"{self.array_job_id}_{self.array_task_id}"
+
+    def expand(self, pattern: str) -> str:
+        """Expand Slurm filename patterns (%j %A %a %x %u %%) and make it absolute under cwd."""
+        if not pattern:
+            return ""
+        array_id = self.array_job_id or self.job_id
+        task = NO_ARRAY_TASK if self.array_task_id is None else self.array_task_id
+        values = {"j": str(self.job_id), "A": str(array_id), "a": str(task), "x": self.name,
+                  "u": self.user_name, "%": "%"}
+        expanded = re.sub(r"%([jAaxu%])", lambda m: values[m.group(1)], pattern)
+        if not expanded.startswith("/"):
+            expanded = f"{self.cwd.rstrip('/')}/{expanded}"
+        return expanded
+
+    @property
+    def derived_exit(self) -> ExitInfo:
+        """The worst srun step's exit code, as Slurm's derived_exit_code."""
+        worst = ExitInfo()
+        for step in self.steps:
+            if step.step_id == "batch":
+                continue
+            if step.exit.signal is not None and worst.signal is None:
+                worst = step.exit
+            elif worst.signal is None and step.exit.return_code > worst.return_code:
+                worst = step.exit
+        return worst
+
+
+_ARRAY_PART = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
+
+
+def parse_array(spec: str) -> tuple[list[int], int]:
+    """Parse an sbatch --array spec ("0-3", "0-7:2", "1,3,5", "0-15%4") into (task ids, max running)."""
+    spec = spec.strip()
+    max_running = 0
+    if "%" in spec:
+        spec, _, limit = spec.partition("%")
+        if not limit.isdigit() or int(limit) < 1:
+            raise ValueError("invalid array throttle")
+        max_running = int(limit)
+    tasks: list[int] = []
+    for part in spec.split(","):
+        match = _ARRAY_PART.match(part.strip())
+        if not match:
+            raise ValueError(f"invalid array part {part!r}")
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        stride = int(match.group(3)) if match.group(3) is not None else 1
+        if last < first or stride < 1:
+            raise ValueError(f"invalid array range {part!r}")
+        tasks.extend(range(first, last + 1, stride))
+    tasks = sorted(set(tasks))
+    if not tasks or len(tasks) > 1001:
+        raise ValueError("array must have 1 to 1001 tasks")
+    return tasks, max_running
