@@ -10,7 +10,10 @@ from airflow_provider_slurmapi.client.errors import InvalidRequestError
 API_PATH = "v1beta1/projects/{project}/locations/{region}/modelDevelopmentClusters/{cluster}:callSlurmRestApi"
 
 _PATTERNS = {
-    "project_id": (re.compile(r"[a-z][a-z0-9-]{0,61}[a-z0-9]|[a-z0-9.:-]{1,100}"), "a Google Cloud project ID"),
+    "project_id": (
+        re.compile(r"[a-z][a-z0-9-]{0,61}[a-z0-9]|[a-z0-9.:-]{1,100}"),
+        "a Google Cloud project ID",
+    ),
     "region": (re.compile(r"[a-z]+(?:-[a-z0-9]+)+"), "a region such as us-central1"),
     "cluster_id": (re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}"), "a cluster ID (letters, digits, - and _)"),
 }

@@ -116,8 +116,12 @@ def google_error(http_status: int, payload: Any, text: str = "") -> GoogleApiErr
     else:
         status, message, code = "", text[:500] or "no error details", http_status
     if not status:
-        status = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 429: "RESOURCE_EXHAUSTED",
-                  503: "UNAVAILABLE"}.get(code, "")
+        status = {
+            401: "UNAUTHENTICATED",
+            403: "PERMISSION_DENIED",
+            429: "RESOURCE_EXHAUSTED",
+            503: "UNAVAILABLE",
+        }.get(code, "")
     cls = GOOGLE_ERRORS.get(status)
     if cls is None:
         cls = ServerError if code >= 500 else GoogleApiError

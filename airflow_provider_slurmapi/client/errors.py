@@ -142,7 +142,5 @@ class JobNotFoundError(SlurmJobApiError):
     """Neither the live queue (/slurm) nor accounting (/slurmdb) knows the job."""
 
     def __init__(self, job_id: str) -> None:
-        super().__init__(
-            f"Slurm job {job_id} was found neither in the live queue nor in accounting (/slurmdb)"
-        )
+        super().__init__(f"Slurm job {job_id} was found neither in the live queue nor in accounting (/slurmdb)")
         self.job_id = job_id

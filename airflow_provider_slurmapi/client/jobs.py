@@ -12,12 +12,36 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 ACTIVE_STATES = frozenset(
-    {"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "REQUEUED", "RESIZING", "SIGNALING",
-     "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT"}
+    {
+        "PENDING",
+        "RUNNING",
+        "SUSPENDED",
+        "COMPLETING",
+        "CONFIGURING",
+        "REQUEUED",
+        "RESIZING",
+        "SIGNALING",
+        "STAGE_OUT",
+        "STOPPED",
+        "RESV_DEL_HOLD",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "SPECIAL_EXIT",
+    }
 )
 FINISHED_STATES = frozenset(
-    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
-     "OUT_OF_MEMORY", "REVOKED"}
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+        "REVOKED",
+    }
 )
 
 
@@ -140,8 +164,11 @@ class JobStatus:
     @property
     def effective_exit_code(self) -> ExitCode | None:
         """The exit code worth showing: /slurmdb reports SUCCESS/0 for CANCELLED and TIMEOUT jobs."""
-        if self.source == "slurmdb" and self.state in {"CANCELLED", "TIMEOUT"} and self.exit_code and (
-            self.exit_code.is_zero
+        if (
+            self.source == "slurmdb"
+            and self.state in {"CANCELLED", "TIMEOUT"}
+            and self.exit_code
+            and (self.exit_code.is_zero)
         ):
             return None
         return self.exit_code

@@ -91,9 +91,7 @@ def cancel_job(paths: SlurmPaths, job_id: object, signal: str | int | None = Non
     path = paths.cancel(job_id, signal)
     reply = yield SlurmRequest("DELETE", path)
     codes = [
-        (entry.get("error") or {}).get("code", 0)
-        for entry in reply.body.get("status") or []
-        if isinstance(entry, dict)
+        (entry.get("error") or {}).get("code", 0) for entry in reply.body.get("status") or [] if isinstance(entry, dict)
     ]
     failures = [code for code in codes if code not in (0, ERROR_ALREADY_COMPLETING, ERROR_INVALID_JOB_ID)]
     if failures:

@@ -144,9 +144,7 @@ class Job:
         for step in self.steps:
             if step.step_id == "batch":
                 continue
-            if step.exit.signal is not None and worst.signal is None:
-                worst = step.exit
-            elif worst.signal is None and step.exit.return_code > worst.return_code:
+            if step.exit.signal is not None and worst.signal is None or worst.signal is None and step.exit.return_code > worst.return_code:
                 worst = step.exit
         return worst
 

@@ -1,0 +1,279 @@
+"""Build slurmrestd-shaped JSON replies by filling templates captured from a real Slurm 24.11.5.
+
+Each template is one object from a real reply (``templates/``); we deep-copy it and overwrite only
+the values that depend on the job, so every other key keeps the real name and value type.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import socket
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from airflow_provider_slurmapi.emulator.jobs import SLURMDB_NEVER_STARTED, ExitInfo, Job, State
+
+Reply = dict[str, Any]
+
+
+@cache
+def _template(name: str) -> Any:
+    text = resources.files("airflow_provider_slurmapi.emulator").joinpath("templates", name).read_text()
+    return json.loads(text)
+
+
+def template(name: str) -> Any:
+    """A fresh copy of a template, safe to modify."""
+    return copy.deepcopy(_template(name))
+
+
+@cache
+def job_desc_fields() -> frozenset[str]:
+    """Property names of v0.0.42_job_desc_msg: anything else in ``job`` draws a warning."""
+    return frozenset(_template("job_desc_fields.json"))
+
+
+def number(value: float, *, is_set: bool = True, infinite: bool = False) -> dict[str, Any]:
+    """Slurm's {set, infinite, number} wrapper."""
+    return {"set": is_set, "infinite": infinite, "number": value}
+
+
+def exit_code(info: ExitInfo) -> dict[str, Any]:
+    return {
+        "status": [info.status],
+        "return_code": number(info.return_code, is_set=info.signal is None),
+        "signal": {
+            "id": number(info.signal or 0, is_set=info.signal is not None),
+            "name": info.signal_name,
+        },
+    }
+
+
+def meta(kind: str, version: str, cluster: str) -> dict[str, Any]:
+    """``kind`` is "slurmctld" (/slurm paths) or "slurmdbd" (/slurmdb paths)."""
+    result = template(f"meta_{kind}.json")
+    result["plugin"]["data_parser"] = f"data_parser/{version}"
+    result["slurm"]["cluster"] = cluster
+    return result
+
+
+def envelope(kind: str, version: str, cluster: str, fields: dict[str, Any],
+             errors: list[dict[str, Any]] | None = None,
+             warnings: list[dict[str, Any]] | None = None) -> Reply:
+    reply = dict(fields)
+    reply["meta"] = meta(kind, version, cluster)
+    reply["errors"] = errors or []
+    reply["warnings"] = warnings or []
+    return reply
+
+
+def error(number_: int, error_: str, description: str, source: str) -> dict[str, Any]:
+    return {"description": description, "error_number": number_, "error": error_, "source": source}
+
+
+def warning(description: str, source: str) -> dict[str, Any]:
+    return {"description": description, "source": source}
+
+
+def ping() -> dict[str, Any]:
+    entry = template("ping.json")
+    entry["hostname"] = socket.gethostname()
+    return entry
+
+
+def delete_status(step_id: str, job_id: int | None, code: int, message: str) -> dict[str, Any]:
+    entry = template("delete_status.json")
+    entry["error"] = {"string": message, "code": code, "message": message}
+    entry["step_id"] = step_id
+    entry["job_id"] = number(job_id or 0, is_set=job_id is not None)
+    return entry
+
+
+def _time_limit(job: Job) -> dict[str, Any]:
+    if job.time_limit is None:
+        return number(0, is_set=True, infinite=True)
+    return number(job.time_limit)
+
+
+def _planned_end(job: Job, start: int) -> int:
+    return start + job.time_limit * 60 if job.time_limit is not None else 0
+
+
+def _state_list(job: Job) -> list[str]:
+    return [job.state.value, "COMPLETING"] if job.completing else [job.state.value]
+
+
+def slurm_job(job: Job, cluster: str) -> dict[str, Any]:
+    """The job as ``GET /slurm/V/job/{id}`` shows it (template: a RUNNING job)."""
+    out = template("slurm_job.json")
+    ran = job.ran
+    out["job_id"] = job.job_id
+    out["name"] = job.name
+    out["cluster"] = cluster
+    out["user_name"] = job.user_name
+    out["user_id"] = job.user_id
+    out["group_id"] = job.group_id
+    out["group_name"] = job.group_name
+    out["mail_user"] = job.user_name
+    out["partition"] = job.partition
+    out["comment"] = job.comment
+    out["job_state"] = _state_list(job)
+    out["state_reason"] = job.state_reason
+    out["state_description"] = job.state_description
+    out["current_working_directory"] = job.cwd
+    out["standard_output"] = job.expand(job.stdout_pattern)
+    out["standard_error"] = job.expand(job.stderr_pattern or job.stdout_pattern)
+    out["standard_input"] = job.stdin
+    out["time_limit"] = _time_limit(job)
+    out["hold"] = job.hold and job.state is State.PENDING
+    out["priority"] = number(0 if out["hold"] else 1)
+    out["exit_code"] = exit_code(job.exit)
+    out["derived_exit_code"] = exit_code(job.derived_exit)
+    out["flags"] = ["USING_DEFAULT_ACCOUNT", "USING_DEFAULT_QOS", "USING_DEFAULT_WCKEY"]
+    if job.state is State.RUNNING:
+        out["flags"].insert(0, "JOB_WAS_RUNNING")
+    if out["hold"]:
+        out["flags"].append("DEPENDENT")
+    cpus = job.tasks_per_node * job.cpus_per_task
+    for key in ("tasks_per_node", "tasks"):
+        out[key] = number(job.tasks_per_node)
+    out["cpus_per_task"] = number(job.cpus_per_task)
+    out["cpus"] = number(cpus)
+    out["minimum_cpus_per_node"] = number(cpus)
+    out["tres_req_str"] = f"cpu={cpus},mem=21694M,node=1,billing={cpus}"
+    # array fields: the array job id is set (0 for plain jobs), the task id only for array tasks
+    out["array_job_id"] = number(job.array_job_id)
+    out["array_task_id"] = number(job.array_task_id or 0, is_set=job.array_task_id is not None)
+    out["array_max_tasks"] = number(job.array_max_tasks)
+    out["array_task_string"] = ""
+
+    # times: epoch seconds in {set, infinite, number}; see real-slurm.md section 6
+    eligible = job.begin_time or job.submit_time
+    out["submit_time"] = number(job.submit_time)
+    out["eligible_time"] = number(0 if job.hold and not ran else eligible)
+    out["accrue_time"] = number(eligible if ran or not (job.hold or job.begin_time) else 0)
+    out["last_sched_evaluation"] = number(job.start_time or job.submit_time)
+    if job.state is State.PENDING:
+        planned = job.begin_time if (job.begin_time and not job.hold) else 0
+        out["start_time"] = number(planned)
+        out["end_time"] = number(_planned_end(job, planned) if planned else 0)
+    elif job.state is State.RUNNING:
+        out["start_time"] = number(job.start_time)
+        out["end_time"] = number(_planned_end(job, job.start_time))
+    else:
+        out["start_time"] = number(job.start_time or job.end_time)
+        out["end_time"] = number(job.end_time)
+
+    if ran:
+        resources_ = out["job_resources"]
+        resources_["cpus"] = cpus
+        resources_["nodes"]["allocation"][0]["cpus"]["count"] = cpus
+        out["billable_tres"] = number(float(cpus))
+        out["tres_alloc_str"] = f"cpu={cpus},node=1,billing={cpus}"
+    else:
+        out["job_resources"] = None
+        out["batch_host"] = ""
+        out["nodes"] = ""
+        out["billable_tres"] = number(0.0, is_set=False)
+        out["tres_alloc_str"] = ""
+    return out
+
+
+def _step(job: Job, step_id: str, name: str, state: State, info: ExitInfo, start: int, end: int,
+          cpus: int) -> dict[str, Any]:
+    out = template("slurmdb_step.json")
+    out["step"] = {"id": f"{job.job_id}.{step_id}", "name": name}
+    out["state"] = [state.value]
+    out["exit_code"] = exit_code(info)
+    out["time"]["start"] = number(start)
+    out["time"]["end"] = number(end)
+    out["time"]["elapsed"] = max(0, (end or start) - start)
+    out["kill_request_user"] = job.kill_request_user
+    for entry in out["tres"]["allocated"]:
+        if entry["type"] == "cpu":
+            entry["count"] = cpus
+    return out
+
+
+def _batch_step(job: Job, now: int, cpus: int) -> dict[str, Any]:
+    if job.state is State.RUNNING:
+        state, info, end = State.RUNNING, ExitInfo(), 0
+    elif job.stop_reason is not None:
+        # real accounting: the batch step of a cancelled or timed-out job reads CANCELLED, SIGNALED/TERM
+        state, info, end = State.CANCELLED, ExitInfo(signal=15), job.end_time
+    elif job.exit.signal is not None:
+        state, info, end = State.CANCELLED, job.exit, job.end_time
+    else:
+        state = State.COMPLETED if job.exit.return_code == 0 else State.FAILED
+        info, end = job.exit, job.end_time
+    return _step(job, "batch", "batch", state, info, job.start_time, end, cpus)
+
+
+def slurmdb_job(job: Job, cluster: str, now: int) -> dict[str, Any]:
+    """The job as ``GET /slurmdb/V/job/{id}`` shows it (template: a COMPLETED job)."""
+    out = template("slurmdb_job.json")
+    ran = job.ran
+    cpus = job.tasks_per_node * job.cpus_per_task
+    out["job_id"] = job.job_id
+    out["name"] = job.name
+    out["cluster"] = cluster
+    out["user"] = job.user_name
+    out["group"] = job.group_name
+    out["association"]["cluster"] = cluster
+    out["association"]["user"] = job.user_name
+    out["partition"] = job.partition
+    out["comment"] = {"administrator": "", "job": job.comment, "system": ""}
+    out["working_directory"] = job.cwd
+    out["stdout"] = job.stdout_pattern
+    out["stdout_expanded"] = job.expand(job.stdout_pattern)
+    out["stderr"] = job.stderr_pattern
+    out["stderr_expanded"] = job.expand(job.stderr_pattern)
+    out["stdin"] = ""
+    out["hold"] = job.hold and job.state is State.PENDING
+    out["priority"] = number(0 if out["hold"] else 1)
+    out["kill_request_user"] = job.kill_request_user
+    out["required"]["CPUs"] = cpus
+    out["state"] = {"current": [job.state.value], "reason": "None"}
+    # /slurmdb reports SUCCESS/0 for cancelled and timed-out jobs; the signal is only in the steps
+    out["exit_code"] = exit_code(ExitInfo() if job.stop_reason is not None else job.exit)
+    out["derived_exit_code"] = exit_code(job.derived_exit)
+    out["array"]["job_id"] = job.array_job_id
+    out["array"]["limits"]["max"]["running"]["tasks"] = job.array_max_tasks
+    out["array"]["task_id"] = number(job.array_task_id or 0, is_set=job.array_task_id is not None)
+    out["array"]["task"] = ""
+    for entry in out["tres"]["allocated"] + out["tres"]["requested"]:
+        if entry["type"] in ("cpu", "billing"):
+            entry["count"] = cpus
+
+    eligible = job.begin_time or job.submit_time
+    t = out["time"]
+    t["submission"] = job.submit_time
+    t["eligible"] = eligible
+    t["limit"] = _time_limit(job)
+    if not ran:
+        t["start"] = SLURMDB_NEVER_STARTED if job.terminal else 0
+        t["end"] = job.end_time if job.terminal else 0
+        t["elapsed"] = 0
+        t["planned"] = number(max(0, (job.end_time or now) - eligible))
+        out["allocation_nodes"] = 0
+        out["nodes"] = "None assigned"
+        out["flags"] = ["START_RECEIVED"]
+        out["tres"]["allocated"] = []
+        out["steps"] = []
+        return out
+    t["start"] = job.start_time
+    t["end"] = job.end_time if job.terminal else 0
+    t["elapsed"] = max(0, (job.end_time if job.terminal else now) - job.start_time)
+    t["planned"] = number(max(0, job.start_time - eligible))
+    steps = [_batch_step(job, now, cpus)]
+    for step in job.steps:
+        steps.append(_step(job, step.step_id, step.name, step.state, step.exit, step.start, step.end, cpus))
+    out["steps"] = steps
+    return out
+
+
+def dumps_slurm(reply: Reply) -> str:
+    """JSON text the way slurmrestd writes it (it escapes '/')."""
+    return json.dumps(reply, indent=2).replace("/", "\\/")

@@ -1,0 +1,172 @@
+"""The aiohttp application: Google's side of the Slurm Job API.
+
+It does what Google's front end does before a call reaches the cluster (bearer token, cluster
+lookup, IAM, size and argument checks, error envelopes) and wraps the backend's answer as
+``{"status": ..., "structuredBody": ...}`` (or the older ``{"status": ..., "body": "<json>"}``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
+
+from aiohttp import web
+
+from airflow_provider_slurmapi.emulator import auth
+from airflow_provider_slurmapi.emulator.backend import SlurmBackend, SlurmRequest
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEST_BYTES = 1024 * 1024  # "the whole request must be under 1 MB"
+SLURM_METHODS = {
+    "HTTP_METHOD_GET": "GET",
+    "HTTP_METHOD_POST": "POST",
+    "HTTP_METHOD_PUT": "PUT",
+    "HTTP_METHOD_DELETE": "DELETE",
+    "HTTP_METHOD_PATCH": "PATCH",
+}
+_CALL_PATH = re.compile(
+    r"^/v1beta1/projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)"
+    r"/modelDevelopmentClusters/(?P<cluster>[^/:]+):callSlurmRestApi$"
+)
+_GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+                  404: "NOT_FOUND", 405: "UNIMPLEMENTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
+
+ClusterKey = tuple[str, str, str]  # (project, region, cluster)
+
+
+@dataclass
+class ServerState:
+    """Everything the handlers need; owned by the Emulator."""
+
+    backends: dict[ClusterKey, SlurmBackend]
+    tokens: auth.TokenStore
+    key_info: dict[str, Any]
+    public_pem: bytes
+    token_uri: Callable[[], str]  # known only once the port is bound
+    reply_shape: str = "structured"
+    denied_principals: frozenset[str] = field(default_factory=frozenset)
+
+
+STATE_KEY: web.AppKey[ServerState] = web.AppKey("emulator_state", ServerState)
+
+
+def google_error(code: int, message: str) -> web.Response:
+    body = {"error": {"code": code, "message": message, "status": _GOOGLE_STATUS.get(code, "UNKNOWN")}}
+    headers = {"WWW-Authenticate": 'Bearer realm="emulator"'} if code == 401 else None
+    return web.json_response(body, status=code, headers=headers)
+
+
+async def token_endpoint(request: web.Request) -> web.Response:
+    """OAuth 2.0 JWT-bearer grant, as google-auth's service_account.Credentials.refresh() uses it."""
+    state = request.app[STATE_KEY]
+    form = await request.post()
+    if form.get("grant_type") != auth.JWT_BEARER_GRANT:
+        return web.json_response({"error": "unsupported_grant_type",
+                                  "error_description": "Only the JWT bearer grant is supported."},
+                                 status=400)
+    assertion = form.get("assertion")
+    if not isinstance(assertion, str) or not assertion:
+        return web.json_response({"error": "invalid_request", "error_description": "Missing assertion."},
+                                 status=400)
+    try:
+        principal = auth.verify_assertion(assertion, state.public_pem, state.token_uri(),
+                                          state.key_info["client_email"])
+    except auth.InvalidAssertion as exc:
+        log.info("token request refused: %s", exc)
+        return web.json_response({"error": "invalid_grant", "error_description": "Invalid JWT Signature."},
+                                 status=400)
+    token = state.tokens.issue(principal)
+    log.info("issued an access token for %s", principal)
+    return web.json_response({"access_token": token, "expires_in": int(state.tokens.lifetime),
+                              "token_type": "Bearer"})
+
+
+def _principal(request: web.Request, state: ServerState) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return state.tokens.principal_for(token.strip())
+
+
+async def call_slurm_rest_api(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    match = _CALL_PATH.match(request.path)
+    if match is None:
+        return google_error(404, f"The requested URL {request.path} was not found on this server.")
+    if request.method != "POST":
+        return google_error(405, f"Method {request.method} is not allowed; callSlurmRestApi takes POST.")
+    principal = _principal(request, state)
+    if principal is None:
+        return google_error(401, "Request had invalid authentication credentials. Expected OAuth 2 access "
+                                 "token, login cookie or other valid authentication credential.")
+    key: ClusterKey = (match["project"], match["region"], match["cluster"])
+    resource = f"projects/{key[0]}/locations/{key[1]}/modelDevelopmentClusters/{key[2]}"
+    backend = state.backends.get(key)
+    if backend is None:
+        return google_error(404, f"ModelDevelopmentCluster {resource} not found.")
+    if principal in state.denied_principals:
+        return google_error(403, "Permission 'aiplatform.googleapis.com/modelDevelopmentClusters.run' "
+                                 f"denied on resource '//aiplatform.googleapis.com/{resource}' "
+                                 "(or it may not exist).")
+    raw = await request.read()
+    if len(raw) >= MAX_REQUEST_BYTES:
+        return google_error(400, f"Request size {len(raw)} bytes exceeds the limit: the request must be "
+                                 f"under {MAX_REQUEST_BYTES} bytes (1 MB).")
+    try:
+        payload = json.loads(raw or b"{}")
+    except ValueError:
+        return google_error(400, "Invalid JSON payload received.")
+    if not isinstance(payload, dict):
+        return google_error(400, "Invalid JSON payload received: expected an object.")
+    method = payload.get("method")
+    if method not in SLURM_METHODS:
+        return google_error(400, f"Invalid value for method: {method!r}; expected one of "
+                                 + ", ".join(SLURM_METHODS) + ".")
+    full_path = payload.get("path")
+    if not isinstance(full_path, str):
+        return google_error(400, "path is required and must be a string.")
+    path, _, raw_query = full_path.partition("?")
+    if not path.startswith(("/slurm/", "/slurmdb/")) or not backend.is_known_path(path):
+        return google_error(400, f"path {full_path!r} is not a valid Slurm REST path.")
+    body = payload.get("body")
+    if body is not None and not isinstance(body, dict):
+        return google_error(400, "body must be a JSON object.")
+    slurm_request = SlurmRequest(
+        method=SLURM_METHODS[method], path=path,
+        query=parse_qs(raw_query, keep_blank_values=True), raw_query=raw_query,
+        body=body if SLURM_METHODS[method] in ("POST", "PUT", "PATCH") else None,
+        principal=principal,
+    )
+    status, reply = await backend.handle(slurm_request)
+    log.info("%s %s %s -> %s", principal, slurm_request.method, path, status)
+    if state.reply_shape == "body":
+        return web.json_response({"status": status, "body": json.dumps(reply)})
+    return web.json_response({"status": status, "structuredBody": reply})
+
+
+async def _start_backends(app: web.Application) -> None:
+    for backend in app[STATE_KEY].backends.values():
+        await backend.start()
+
+
+async def _close_backends(app: web.Application) -> None:
+    for backend in app[STATE_KEY].backends.values():
+        await backend.close()
+
+
+def make_app(state: ServerState) -> web.Application:
+    # allow bigger bodies than aiohttp's 1 MiB default so we can answer INVALID_ARGUMENT ourselves
+    app = web.Application(client_max_size=64 * MAX_REQUEST_BYTES)
+    app[STATE_KEY] = state
+    app.router.add_post("/token", token_endpoint)
+    app.router.add_route("*", "/{tail:.*}", call_slurm_rest_api)
+    app.on_startup.append(_start_backends)
+    app.on_cleanup.append(_close_backends)
+    return app

@@ -1,0 +1,98 @@
+"""Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_slurmapi import __version__
+
+
+def _text(label: str, description: str, **schema: Any) -> dict[str, Any]:
+    return {"label": label, "description": description, "schema": {"type": ["string", "null"], **schema}}
+
+
+# The connection's extra fields: shown by Airflow 3.2+'s form, and by 2.x through the hook's widgets.
+CONN_FIELDS: dict[str, dict[str, Any]] = {
+    "project_id": _text("Project ID", "Google Cloud project of the training cluster."),
+    "region": _text("Region", "Region of the training cluster, e.g. us-central1.", examples=["us-central1"]),
+    "cluster_id": _text("Cluster ID", "ID of the Vertex AI training cluster (modelDevelopmentClusters)."),
+    "api_version": _text(
+        "Slurm REST API version",
+        "Version of the Slurm REST paths, v0.0.NN; use the one your cluster's Slurm serves.",
+        default="v0.0.42",
+        pattern=r"^v0\.0\.\d{2}$",
+        examples=["v0.0.42", "v0.0.41", "v0.0.40"],
+    ),
+    "endpoint": _text(
+        "API endpoint",
+        "Base URL of the API. Empty: https://{region}-aiplatform.googleapis.com. "
+        "Point it at slurm-job-api-emulator to test DAGs offline.",
+        format="url",
+    ),
+    "key_path": _text(
+        "Keyfile Path", "Path to a service account key file (JSON). Empty: Application Default Credentials."
+    ),
+    "keyfile_dict": _text("Keyfile JSON", "Contents of a service account key file.", format="password"),
+    "credential_config_file": _text(
+        "Credential Configuration File", "Workload identity federation configuration (path or JSON)."
+    ),
+    "impersonation_chain": _text(
+        "Impersonation Chain", "Service account to impersonate, or a comma-separated chain of them."
+    ),
+    "scope": _text("Scopes (comma separated)", "OAuth scopes. Empty: https://www.googleapis.com/auth/cloud-platform."),
+}
+
+UI_FIELD_BEHAVIOUR: dict[str, Any] = {
+    "hidden-fields": ["host", "schema", "login", "password", "port"],
+    "relabeling": {},
+    "placeholders": {},
+}
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "airflow-provider-slurmapi",
+        "name": "Slurm Job API (Google Cloud training clusters)",
+        "description": "Submit, watch and cancel Slurm jobs on Vertex AI training clusters "
+        "through Google Cloud's Slurm Job API (callSlurmRestApi).",
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "Google Cloud Slurm Job API",
+                "tags": ["gcp"],
+            }
+        ],
+        "connection-types": [
+            {
+                "connection-type": "slurm_job_api",
+                "hook-class-name": "airflow_provider_slurmapi.hooks.slurm_job_api.SlurmJobApiHook",
+                "hook-name": "Google Cloud Slurm Job API",
+                "ui-field-behaviour": UI_FIELD_BEHAVIOUR,
+                "conn-fields": CONN_FIELDS,
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": "Google Cloud Slurm Job API",
+                "python-modules": ["airflow_provider_slurmapi.hooks.slurm_job_api"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "Google Cloud Slurm Job API",
+                "python-modules": ["airflow_provider_slurmapi.operators.job"],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": "Google Cloud Slurm Job API",
+                "python-modules": ["airflow_provider_slurmapi.sensors.job"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "Google Cloud Slurm Job API",
+                "python-modules": ["airflow_provider_slurmapi.triggers.job"],
+            }
+        ],
+    }

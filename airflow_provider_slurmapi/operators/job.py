@@ -1,0 +1,259 @@
+"""Operators that submit and cancel Slurm jobs on a Vertex AI training cluster.
+
+Importing this module stays cheap (it is imported at every DAG parse): the hook, the trigger and
+their HTTP and Google libraries are imported only when a task runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.common.compat.sdk import AirflowException, BaseOperator, conf
+
+from airflow_provider_slurmapi.client.jobs import JobStatus
+
+if TYPE_CHECKING:
+    from airflow.providers.common.compat.sdk import Context
+
+    from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
+
+DEFAULT_CONN_ID = "slurm_job_api_default"
+
+
+class SlurmJobApiMixin:
+    """Connection and cluster arguments shared by every operator and the sensor."""
+
+    slurm_conn_id: str
+    project_id: str | None
+    region: str | None
+    cluster_id: str | None
+    api_version: str | None
+    impersonation_chain: str | Sequence[str] | None
+
+    @property
+    def hook_kwargs(self) -> dict[str, Any]:
+        chain = self.impersonation_chain
+        return {
+            "slurm_conn_id": self.slurm_conn_id,
+            "project_id": self.project_id,
+            "region": self.region,
+            "cluster_id": self.cluster_id,
+            "api_version": self.api_version,
+            "impersonation_chain": list(chain) if chain and not isinstance(chain, str) else chain,
+        }
+
+    @cached_property
+    def hook(self) -> SlurmJobApiHook:
+        from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
+
+        return SlurmJobApiHook(**self.hook_kwargs)
+
+    def defer_until_finished(self, job_id: str, timeout: float | None, method_name: str = "execute_complete") -> None:
+        from airflow_provider_slurmapi.triggers.job import SlurmJobTrigger
+
+        self.defer(  # type: ignore[attr-defined]
+            trigger=SlurmJobTrigger(
+                job_id,
+                poll_interval=self.poll_interval,  # type: ignore[attr-defined]
+                deadline=time.time() + timeout if timeout else None,
+                hook_kwargs=self.hook_kwargs,
+            ),
+            method_name=method_name,
+        )
+
+
+def status_from_event(event: dict[str, Any] | None) -> JobStatus:
+    """The final status a trigger sent, or the task's failure with the trigger's reason."""
+    if not event or event.get("status") != "finished":
+        event = event or {}
+        raise AirflowException(event.get("message") or f"Slurm job {event.get('job_id')}: no status received")
+    return JobStatus.from_dict(event["job"])
+
+
+class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
+    """Submit a Slurm batch job through the Slurm Job API and, by default, wait for it to finish.
+
+    The task's return value (XCom ``return_value``) is the job ID; it also pushes ``job_state`` and
+    ``exit_code``. The task fails, naming the state, the reason and the exit code, unless the job
+    ends COMPLETED with exit code 0.
+
+    :param job: the Slurm job description (``v0.0.42_job_desc_msg``), e.g. ``{"name": "train",
+        "partition": "a3", "time_limit": 120}``. Templated. Missing ``environment`` defaults to a
+        standard ``PATH``; missing ``current_working_directory`` defaults to ``/tmp``.
+    :param script: the batch script's text, or a ``.sh``/``.sbatch``/``.bash`` file next to the DAG,
+        rendered with Jinja. Templated.
+    :param slurm_conn_id: connection of type ``slurm_job_api``.
+    :param project_id: overrides the connection's project. Templated.
+    :param region: overrides the connection's region. Templated.
+    :param cluster_id: overrides the connection's cluster. Templated.
+    :param api_version: overrides the connection's Slurm REST version. Templated.
+    :param impersonation_chain: service account(s) to impersonate. Templated.
+    :param wait_for_completion: wait until the job finishes (default) or return right after submit.
+    :param deferrable: wait in the triggerer instead of a worker slot; default from
+        ``[operators] default_deferrable``.
+    :param poll_interval: seconds between status reads.
+    :param timeout: seconds to wait for the job; then it is cancelled and the task fails.
+    :param cancel_on_kill: cancel the job when the task is killed (default True).
+    """
+
+    template_fields: Sequence[str] = (
+        "job",
+        "script",
+        "project_id",
+        "region",
+        "cluster_id",
+        "api_version",
+        "impersonation_chain",
+    )
+    template_ext: Sequence[str] = (".sh", ".sbatch", ".bash")
+    template_fields_renderers = {"job": "json", "script": "bash"}
+    ui_color = "#c7e3f4"
+
+    def __init__(
+        self,
+        *,
+        job: dict[str, Any],
+        script: str,
+        slurm_conn_id: str = DEFAULT_CONN_ID,
+        project_id: str | None = None,
+        region: str | None = None,
+        cluster_id: str | None = None,
+        api_version: str | None = None,
+        impersonation_chain: str | Sequence[str] | None = None,
+        wait_for_completion: bool = True,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poll_interval: float = 30.0,
+        timeout: float | None = None,
+        cancel_on_kill: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+        self.script = script
+        self.slurm_conn_id = slurm_conn_id
+        self.project_id = project_id
+        self.region = region
+        self.cluster_id = cluster_id
+        self.api_version = api_version
+        self.impersonation_chain = impersonation_chain
+        self.wait_for_completion = wait_for_completion
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+        self.timeout = timeout
+        self.cancel_on_kill = cancel_on_kill
+        self.job_id: str | None = None
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+
+    def execute(self, context: Context) -> str:
+        self.job_id = self.hook.submit_job(self.job, self.script)
+        self.log.info("Submitted Slurm job %s to cluster %s", self.job_id, self.hook.cluster.cluster_id)
+        context["ti"].xcom_push(key="job_id", value=self.job_id)
+        if not self.wait_for_completion:
+            return self.job_id
+        if self.deferrable:
+            self.defer_until_finished(self.job_id, self.timeout)
+        try:
+            status = self.hook.wait_for_job(self.job_id, poll_interval=self.poll_interval, timeout=self.timeout)
+        except TimeoutError as error:
+            self._cancel_after_timeout()
+            raise AirflowException(str(error)) from error
+        return self._finish(context, status)
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> str:
+        self.job_id = (event or {}).get("job_id") or self.job_id
+        if event and event.get("status") == "timeout":
+            self._cancel_after_timeout()
+        return self._finish(context, status_from_event(event))
+
+    def _finish(self, context: Context, status: JobStatus) -> str:
+        ti = context["ti"]
+        ti.xcom_push(key="job_state", value=status.state)
+        exit_code = status.effective_exit_code
+        ti.xcom_push(key="exit_code", value=exit_code.return_code if exit_code else None)
+        if not status.is_success:
+            raise AirflowException(f"{status.describe()}")
+        self.log.info("%s", status.describe())
+        return status.job_id
+
+    def _cancel_after_timeout(self) -> None:
+        if self.job_id and self.cancel_on_kill:
+            self.hook.cancel_job(self.job_id)
+            self.log.warning("Cancelled Slurm job %s after the %s s timeout", self.job_id, self.timeout)
+
+    def on_kill(self) -> None:
+        if self.job_id and self.cancel_on_kill:
+            self.log.info("Task killed: cancelling Slurm job %s", self.job_id)
+            self.hook.cancel_job(self.job_id)
+
+
+class SlurmCancelJobOperator(SlurmJobApiMixin, BaseOperator):
+    """Cancel a Slurm job (or send it a signal) and wait until it has stopped.
+
+    A job that already finished counts as cancelled. Returns the job's final state.
+
+    :param job_id: the job to cancel. Templated.
+    :param signal: send this signal (``KILL``, ``USR1``...) instead of a plain cancel. A signal that
+        does not end the job (``USR1``) leaves it running: set ``wait_for_completion=False`` then.
+    :param wait_for_completion: wait until the job reads CANCELLED or another finished state.
+    :param poll_interval: seconds between status reads while waiting.
+    :param timeout: seconds to wait for the job to stop.
+    """
+
+    template_fields: Sequence[str] = (
+        "job_id",
+        "signal",
+        "project_id",
+        "region",
+        "cluster_id",
+        "api_version",
+        "impersonation_chain",
+    )
+    ui_color = "#f4d6c7"
+
+    def __init__(
+        self,
+        *,
+        job_id: str | int,
+        signal: str | None = None,
+        slurm_conn_id: str = DEFAULT_CONN_ID,
+        project_id: str | None = None,
+        region: str | None = None,
+        cluster_id: str | None = None,
+        api_version: str | None = None,
+        impersonation_chain: str | Sequence[str] | None = None,
+        wait_for_completion: bool = True,
+        poll_interval: float = 5.0,
+        timeout: float | None = 600.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job_id = job_id
+        self.signal = signal
+        self.slurm_conn_id = slurm_conn_id
+        self.project_id = project_id
+        self.region = region
+        self.cluster_id = cluster_id
+        self.api_version = api_version
+        self.impersonation_chain = impersonation_chain
+        self.wait_for_completion = wait_for_completion
+        self.poll_interval = poll_interval
+        self.timeout = timeout
+
+    def execute(self, context: Context) -> str:
+        job_id = str(self.job_id)
+        if self.hook.cancel_job(job_id, self.signal):
+            self.log.info("Cancel of Slurm job %s accepted", job_id)
+        if not self.wait_for_completion:
+            return self.hook.get_job(job_id).state
+        try:
+            status = self.hook.wait_for_job(job_id, poll_interval=self.poll_interval, timeout=self.timeout)
+        except TimeoutError as error:
+            raise AirflowException(str(error)) from error
+        self.log.info("%s", status.describe())
+        return status.state

@@ -1,0 +1,78 @@
+"""A sensor that waits for a Slurm job to finish, poking from a worker or deferred to the triggerer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.common.compat.sdk import AirflowException, BaseSensorOperator, conf
+
+from airflow_provider_slurmapi.operators.job import DEFAULT_CONN_ID, SlurmJobApiMixin, status_from_event
+
+if TYPE_CHECKING:
+    from airflow.providers.common.compat.sdk import Context
+
+
+class SlurmJobSensor(SlurmJobApiMixin, BaseSensorOperator):
+    """Succeeds when the Slurm job ends COMPLETED with exit code 0; fails with the reason otherwise.
+
+    :param job_id: the job to watch. Templated.
+    :param slurm_conn_id: connection of type ``slurm_job_api``.
+    :param deferrable: wait in the triggerer; default from ``[operators] default_deferrable``.
+    """
+
+    template_fields: Sequence[str] = (
+        "job_id",
+        "project_id",
+        "region",
+        "cluster_id",
+        "api_version",
+        "impersonation_chain",
+    )
+    ui_color = "#c7f4d6"
+
+    def __init__(
+        self,
+        *,
+        job_id: str | int,
+        slurm_conn_id: str = DEFAULT_CONN_ID,
+        project_id: str | None = None,
+        region: str | None = None,
+        cluster_id: str | None = None,
+        api_version: str | None = None,
+        impersonation_chain: str | Sequence[str] | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job_id = job_id
+        self.slurm_conn_id = slurm_conn_id
+        self.project_id = project_id
+        self.region = region
+        self.cluster_id = cluster_id
+        self.api_version = api_version
+        self.impersonation_chain = impersonation_chain
+        self.deferrable = deferrable
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        if not self.poke(context):
+            self.defer_until_finished(str(self.job_id), self.timeout)
+        return None
+
+    def poke(self, context: Context) -> bool:
+        status = self.hook.get_job(str(self.job_id))
+        if not status.is_finished:
+            self.log.info("%s", status.describe())
+            return False
+        if not status.is_success:
+            raise AirflowException(status.describe())
+        self.log.info("%s", status.describe())
+        return True
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> None:
+        status = status_from_event(event)
+        if not status.is_success:
+            raise AirflowException(status.describe())
+        self.log.info("%s", status.describe())

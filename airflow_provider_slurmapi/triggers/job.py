@@ -1,0 +1,86 @@
+"""A trigger that watches one Slurm job from Airflow's triggerer until it finishes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+
+class SlurmJobTrigger(BaseTrigger):
+    """Polls a Slurm job until it finishes and emits one event carrying its final status.
+
+    The event is ``{"status": "finished", "job_id", "job": JobStatus.to_dict()}``, or
+    ``{"status": "timeout" | "error", "job_id", "message"}``. A job that left the live queue is read
+    from accounting (/slurmdb). Transient API failures are retried with backoff by the client.
+
+    :param job_id: the Slurm job to watch.
+    :param deadline: absolute wall-clock time (epoch seconds) after which the trigger gives up.
+    :param poll_interval: seconds between two status reads.
+    :param hook_kwargs: ``SlurmJobApiAsyncHook`` arguments (connection ID and cluster overrides).
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        *,
+        poll_interval: float = 30.0,
+        deadline: float | None = None,
+        hook_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.job_id = str(job_id)
+        self.poll_interval = poll_interval
+        self.deadline = deadline
+        self.hook_kwargs = dict(hook_kwargs or {})
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "job_id": self.job_id,
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+                "hook_kwargs": self.hook_kwargs,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from airflow_provider_slurmapi.client.errors import SlurmJobApiError
+        from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiAsyncHook
+
+        try:
+            client = await SlurmJobApiAsyncHook(**self.hook_kwargs).get_client()
+        except Exception as error:  # bad connection or credentials: the task must say why
+            yield self._event("error", message=f"cannot reach the Slurm Job API: {error}")
+            return
+        last_state = None
+        async with client:
+            while True:
+                try:
+                    status = await client.get_job(self.job_id)
+                except SlurmJobApiError as error:
+                    if not error.retryable:
+                        yield self._event("error", message=str(error))
+                        return
+                    # The client already retried with backoff: keep watching, never lose the job.
+                    self.log.warning("Slurm job %s: status unavailable for now: %s", self.job_id, error)
+                else:
+                    if status.is_finished:
+                        self.log.info("%s", status.describe())
+                        yield self._event("finished", job=status.to_dict())
+                        return
+                    if (status.state, status.reason) != last_state:
+                        self.log.info("%s", status.describe())
+                        last_state = (status.state, status.reason)
+                remaining = None if self.deadline is None else self.deadline - time.time()
+                if remaining is not None and remaining <= 0:
+                    yield self._event("timeout", message=f"Slurm job {self.job_id} did not finish before the deadline")
+                    return
+                await asyncio.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining))
+
+    def _event(self, status: str, **payload: Any) -> TriggerEvent:
+        return TriggerEvent({"status": status, "job_id": self.job_id, **payload})
