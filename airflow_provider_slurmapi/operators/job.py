@@ -51,17 +51,18 @@ class SlurmJobApiMixin:
 
         return SlurmJobApiHook(**self.hook_kwargs)
 
-    def defer_until_finished(self, job_id: str, timeout: float | None, method_name: str = "execute_complete") -> None:
+    def defer_until_finished(self, job_id: str, *, poll_interval: float, timeout: float | None) -> None:
+        """Hand the wait to the triggerer; ``execute_complete`` receives the trigger's event."""
         from airflow_provider_slurmapi.triggers.job import SlurmJobTrigger
 
         self.defer(  # type: ignore[attr-defined]
             trigger=SlurmJobTrigger(
                 job_id,
-                poll_interval=self.poll_interval,  # type: ignore[attr-defined]
+                poll_interval=poll_interval,
                 deadline=time.time() + timeout if timeout else None,
                 hook_kwargs=self.hook_kwargs,
             ),
-            method_name=method_name,
+            method_name="execute_complete",
         )
 
 
@@ -157,7 +158,7 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
         if not self.wait_for_completion:
             return self.job_id
         if self.deferrable:
-            self.defer_until_finished(self.job_id, self.timeout)
+            self.defer_until_finished(self.job_id, poll_interval=self.poll_interval, timeout=self.timeout)
         try:
             status = self.hook.wait_for_job(self.job_id, poll_interval=self.poll_interval, timeout=self.timeout)
         except TimeoutError as error:

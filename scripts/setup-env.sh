@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Creates .venv (Python >= 3.11) with Airflow 3.3, the Google provider and this package, installed
+# with uv. Safe to run again: it reinstalls only when pyproject.toml changed.
+# Usage: scripts/setup-env.sh [VENV_DIR] [AIRFLOW_REQUIREMENT]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${1:-.venv}
+AIRFLOW_REQUIREMENT=${2:-apache-airflow==3.3.*}
+PYTHON=${PYTHON:-python3}
+
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    echo "error: $PYTHON must be Python 3.11 or newer (set PYTHON=...)" >&2
+    exit 1
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+    if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
+        # Debian ships venv support separately.
+        echo "installing python3-venv (Debian)" >&2
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+        rm -rf "$VENV"
+        "$PYTHON" -m venv "$VENV"
+    fi
+fi
+stamp="$VENV/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)-$(echo "$AIRFLOW_REQUIREMENT" | sha256sum | cut -c1-8)"
+if [ ! -f "$stamp" ]; then
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check uv
+    "$VENV/bin/python" -m uv pip install -q --python "$VENV/bin/python" "$AIRFLOW_REQUIREMENT" -e ".[test]"
+    rm -f "$VENV"/.installed-*
+    touch "$stamp"
+fi
