@@ -17,7 +17,7 @@ PORT=$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0
 EMULATOR=$!
 trap 'kill $EMULATOR 2>/dev/null; wait $EMULATOR 2>/dev/null; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do
-    [ -f "$WORK/emulator-key.json" ] && "$VENV/bin/python" -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/healthz', timeout=1)" 2>/dev/null && break
+    [ -f "$WORK/emulator-key.json" ] && "$VENV/bin/python" -c "import socket; socket.create_connection(('127.0.0.1', $PORT), 1)" 2>/dev/null && break
     sleep 0.1
 done
 

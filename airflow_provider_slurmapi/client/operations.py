@@ -65,6 +65,7 @@ def get_job(paths: SlurmPaths, job_id: object) -> Operation:
         found = select_job(job_id, [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []])
         if found is not None:
             return found
+    log.info("Slurm job %s is not in the live queue; reading it from accounting (/slurmdb)", job_id)
     return (yield from get_accounting_job(paths, job_id))
 
 

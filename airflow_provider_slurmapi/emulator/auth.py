@@ -88,12 +88,18 @@ def public_key_pem(info: dict[str, Any]) -> bytes:
     )
 
 
+GOOGLE_TOKEN_ENDPOINT = "https://oauth2.googleapis.com/token"
+
+
 def verify_assertion(assertion: str, public_pem: bytes, audience: str, client_email: str) -> str:
     """Check an RS256 JWT-bearer assertion and return the principal (its ``iss``)."""
     from google.auth import exceptions, jwt  # local import: google-auth is slow to import
 
     try:
-        claims = jwt.decode(assertion, certs=public_pem, audience=audience, clock_skew_in_seconds=30)
+        # google-auth always names Google's token endpoint as audience, whatever token_uri says.
+        claims = jwt.decode(
+            assertion, certs=public_pem, audience=[audience, GOOGLE_TOKEN_ENDPOINT], clock_skew_in_seconds=30
+        )
     except (ValueError, exceptions.GoogleAuthError) as exc:
         raise InvalidAssertion(str(exc)) from exc
     issuer = claims.get("iss")

@@ -300,7 +300,7 @@ def test_encode_refuses_1_mb_and_more(size):
 
 
 def test_encode_counts_bytes_not_characters():
-    # 'é' is one character but escapes to 6 bytes (\u00e9) in ASCII JSON; a 400 KB script of them is too large
-    script = "#!/bin/bash\n" + "é" * 200_000
+    # 600,000 characters, but at least 1.2 MB however 'é' is encoded (UTF-8 or a \u00e9 escape)
+    script = "#!/bin/bash\n" + "é" * 600_000
     with pytest.raises(RequestTooLargeError):
         SlurmRequest("POST", "/slurm/v0.0.42/job/submit", {"job": {}, "script": script}).encode()

@@ -1,0 +1,116 @@
+"""``slurm-job-api-emulator``: run the emulator in the foreground until SIGINT/SIGTERM.
+
+Every flag has an environment variable ``SLURM_JOB_API_EMULATOR_<FLAG>`` (e.g.
+``SLURM_JOB_API_EMULATOR_PORT``); flags win over variables. Repeatable flags take a
+comma-separated list in their variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from airflow_provider_slurmapi.emulator.emulator import Emulator, EmulatorConfig
+
+ENV_PREFIX = "SLURM_JOB_API_EMULATOR_"
+DEFAULT_PROJECT, DEFAULT_REGION, DEFAULT_CLUSTER = "test-project", "us-central1", "test-cluster"
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(ENV_PREFIX + name, default)
+
+
+def _env_list(name: str) -> list[str] | None:
+    value = _env(name)
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="slurm-job-api-emulator",
+                                description="Local stand-in for Google Cloud's Slurm Job API.")
+    p.add_argument("--host", default=_env("HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(_env("PORT", "8780") or 8780))
+    p.add_argument("--project", action="append", help=f"repeatable; default {DEFAULT_PROJECT}")
+    p.add_argument("--region", action="append", help=f"repeatable; default {DEFAULT_REGION}")
+    p.add_argument("--cluster", action="append", help=f"repeatable; default {DEFAULT_CLUSTER}")
+    p.add_argument("--min-job-age", type=float, default=float(_env("MIN_JOB_AGE", "30") or 30))
+    p.add_argument("--seconds-per-minute", type=float,
+                   default=float(_env("SECONDS_PER_MINUTE", "60") or 60))
+    p.add_argument("--token-lifetime", type=float, default=float(_env("TOKEN_LIFETIME", "3600") or 3600))
+    p.add_argument("--reply-shape", choices=("structured", "body"),
+                   default=_env("REPLY_SHAPE", "structured"))
+    p.add_argument("--key-file", default=_env("KEY_FILE", "./emulator-key.json"))
+    p.add_argument("--deny-principal", action="append", help="repeatable: email that gets PERMISSION_DENIED")
+    p.add_argument("--state-dir", default=_env("STATE_DIR"))
+    p.add_argument("--kill-wait", type=float, default=float(_env("KILL_WAIT", "3") or 3))
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+    return p
+
+
+def _clusters(args: argparse.Namespace) -> tuple[tuple[str, str, str], ...]:
+    """Pair up --project/--region/--cluster; a single value applies to every cluster."""
+    projects = args.project or _env_list("PROJECT") or [DEFAULT_PROJECT]
+    regions = args.region or _env_list("REGION") or [DEFAULT_REGION]
+    clusters = args.cluster or _env_list("CLUSTER") or [DEFAULT_CLUSTER]
+    count = max(len(projects), len(regions), len(clusters))
+    for name, values in (("--project", projects), ("--region", regions), ("--cluster", clusters)):
+        if len(values) not in (1, count):
+            raise SystemExit(f"{name} must be given once or {count} times")
+
+    def pick(values: list[str], i: int) -> str:
+        return values[0] if len(values) == 1 else values[i]
+
+    return tuple((pick(projects, i), pick(regions, i), pick(clusters, i)) for i in range(count))
+
+
+def config_from_args(argv: Sequence[str] | None = None) -> EmulatorConfig:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return EmulatorConfig(
+        host=args.host, port=args.port, clusters=_clusters(args),
+        min_job_age=args.min_job_age, seconds_per_minute=args.seconds_per_minute,
+        token_lifetime=args.token_lifetime, reply_shape=args.reply_shape,
+        denied_principals=tuple(args.deny_principal or _env_list("DENY_PRINCIPAL") or ()),
+        key_file=os.path.abspath(args.key_file), state_dir=args.state_dir, kill_wait=args.kill_wait,
+    )
+
+
+def describe(emu: Emulator) -> list[str]:
+    """The start-up banner: one fact per line, then an example Airflow connection."""
+    lines = [f"URL: {emu.url}", f"Key file: {emu.key_file}",
+             f"Service account: {emu.service_account_info['client_email']}"]
+    for project, region, cluster in emu.config.clusters:
+        lines.append(f"Cluster: project={project} region={region} cluster={cluster}")
+    project, region, cluster = emu.config.clusters[0]
+    conn = {"conn_type": "slurm_job_api",
+            "extra": {"project_id": project, "region": region, "cluster_id": cluster,
+                      "endpoint": emu.url, "key_path": str(emu.key_file)}}
+    lines.append(f"AIRFLOW_CONN_SLURM_JOB_API_DEFAULT='{json.dumps(conn)}'")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config = config_from_args(argv)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    emu = Emulator(config)
+    emu.start()
+    try:
+        for line in describe(emu):
+            print(line, flush=True)
+        stop.wait()
+    finally:
+        print("Stopping: killing all jobs.", file=sys.stderr, flush=True)
+        emu.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,169 @@
+"""``Emulator``: run the server in a background thread with its own event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+from airflow_provider_slurmapi.emulator import auth
+from airflow_provider_slurmapi.emulator.backend import BuiltinBackend, SlurmBackend
+from airflow_provider_slurmapi.emulator.server import ClusterKey, ServerState, make_app
+
+
+@dataclass(frozen=True)
+class EmulatorConfig:
+    host: str = "127.0.0.1"
+    port: int = 0  # 0 = pick a free port
+    clusters: tuple[ClusterKey, ...] = (("test-project", "us-central1", "test-cluster"),)
+    min_job_age: float = 30.0  # seconds a finished job stays in the live /slurm queue
+    seconds_per_minute: float = 60.0  # how long one minute of time_limit lasts
+    token_lifetime: float = 3600  # seconds an issued access token is valid
+    reply_shape: str = "structured"  # or "body" (reply as a JSON string)
+    denied_principals: tuple[str, ...] = ()  # get PERMISSION_DENIED
+    key_file: str | Path | None = None  # created if missing, reused if present
+    state_dir: str | Path | None = None  # job scripts and step records (temp dir if None)
+    kill_wait: float = 3.0  # seconds between SIGTERM and SIGKILL on cancel/timeout (Slurm KillWait)
+
+    def __post_init__(self) -> None:
+        if self.reply_shape not in ("structured", "body"):
+            raise ValueError("reply_shape must be 'structured' or 'body'")
+        if not self.clusters:
+            raise ValueError("at least one cluster is needed")
+
+
+class Emulator:
+    """A local Slurm Job API. ``start()`` returns once it listens; ``stop()`` kills every job."""
+
+    def __init__(self, config: EmulatorConfig | None = None) -> None:
+        self.config = config or EmulatorConfig()
+        self._temp_dirs: list[Path] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+        self.tokens = auth.TokenStore(self.config.token_lifetime)
+        self.backends: dict[ClusterKey, SlurmBackend] = {}
+        self.key_file: Path | None = None
+        self.service_account_info: dict[str, Any] = {}
+
+    # --- public ---------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        if self._port is None:
+            raise RuntimeError("the emulator is not started")
+        host = self.config.host
+        return f"http://[{host}]:{self._port}" if ":" in host else f"http://{host}:{self._port}"
+
+    @property
+    def token_uri(self) -> str:
+        return self.url + "/token"
+
+    def start(self) -> Emulator:
+        if self._thread is not None:
+            raise RuntimeError("already started")
+        state_dir = self._dir(self.config.state_dir, "slurm-emulator-state-")
+        for project, region, cluster in self.config.clusters:
+            self.backends[(project, region, cluster)] = BuiltinBackend(
+                cluster, state_dir / project / region / cluster,
+                min_job_age=self.config.min_job_age,
+                seconds_per_minute=self.config.seconds_per_minute,
+                kill_wait=self.config.kill_wait)
+        ready = threading.Event()
+        failure: list[BaseException] = []
+        self._thread = threading.Thread(target=self._serve, args=(ready, failure),
+                                        name="slurm-job-api-emulator", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            self._thread.join()
+            self._thread = None
+            self._cleanup_dirs()
+            raise failure[0]
+        return self
+
+    def stop(self) -> None:
+        if self._thread is None or self._loop is None:
+            self._cleanup_dirs()
+            return
+        if self._runner is not None:
+            future = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
+            future.result(timeout=30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+        self._thread = None
+        self._cleanup_dirs()
+
+    def issue_token(self, principal: str | None = None, lifetime: float | None = None) -> str:
+        """A valid bearer token (default principal: the emulator's service account)."""
+        return self.tokens.issue(principal or self.service_account_info["client_email"], lifetime)
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _dir(self, configured: str | Path | None, prefix: str) -> Path:
+        if configured is not None:
+            path = Path(configured)
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        path = Path(tempfile.mkdtemp(prefix=prefix))
+        self._temp_dirs.append(path)
+        return path
+
+    def _cleanup_dirs(self) -> None:
+        for path in self._temp_dirs:
+            shutil.rmtree(path, ignore_errors=True)
+        self._temp_dirs.clear()
+
+    def _serve(self, ready: threading.Event, failure: list[BaseException]) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._listen())
+        except BaseException as exc:  # reported to start()'s caller
+            failure.append(exc)
+            ready.set()
+            loop.close()
+            return
+        ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _listen(self) -> None:
+        project = self.config.clusters[0][0]
+        # the port (and so token_uri) is known only after binding: bind first, then write the key
+        state = ServerState(backends=self.backends, tokens=self.tokens, key_info={}, public_pem=b"",
+                            token_uri=lambda: self.token_uri, reply_shape=self.config.reply_shape,
+                            denied_principals=frozenset(self.config.denied_principals))
+        self._runner = web.AppRunner(make_app(state), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port)
+        await site.start()
+        server = site._server
+        assert server is not None and server.sockets  # type: ignore[attr-defined]
+        self._port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        key_path = (Path(self.config.key_file) if self.config.key_file is not None
+                    else self._dir(None, "slurm-emulator-key-") / "emulator-key.json")
+        info = await asyncio.to_thread(auth.load_or_create_key, key_path, project, self.token_uri)
+        state.key_info = info
+        state.public_pem = auth.public_key_pem(info)
+        self.key_file = key_path
+        self.service_account_info = info

@@ -1,0 +1,57 @@
+"""Shared fixtures: a real emulator on a free port and Airflow connections pointing at it."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
+
+PROJECT, REGION, CLUSTER = "test-project", "us-central1", "test-cluster"
+FIXTURES = Path(__file__).parent / "fixtures" / "slurm-24.11.5"
+
+
+def connection_json(emu: Emulator, conn_type: str = "slurm_job_api", **extra: object) -> str:
+    fields = {
+        "project_id": PROJECT,
+        "region": REGION,
+        "cluster_id": CLUSTER,
+        "endpoint": emu.url,
+        "key_path": str(emu.key_file),
+        **extra,
+    }
+    return json.dumps({"conn_type": conn_type, "extra": {k: v for k, v in fields.items() if v is not None}})
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
+    """One emulator per test module; short purge age and fast time limits keep tests quick."""
+    work = tmp_path_factory.mktemp("emulator")
+    config = EmulatorConfig(
+        min_job_age=3.0,
+        seconds_per_minute=2.0,
+        key_file=work / "key.json",
+        state_dir=work / "jobs",
+        kill_wait=1.0,
+    )
+    with Emulator(config) as emu:
+        yield emu
+
+
+@pytest.fixture
+def slurm_connection(emulator: Emulator, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``slurm_job_api_default`` as an environment connection to the emulator."""
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_JOB_API_DEFAULT", connection_json(emulator))
+    return "slurm_job_api_default"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _airflow_home(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Keep Airflow from writing into the user's home."""
+    home = tmp_path_factory.mktemp("airflow-home")
+    os.environ.setdefault("AIRFLOW_HOME", str(home))
+    os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")

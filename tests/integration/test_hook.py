@@ -1,0 +1,143 @@
+"""SlurmJobApiHook against the emulator: real HTTP, real google-auth service-account tokens."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from airflow_provider_slurmapi.client.errors import (
+    ClusterNotFoundError,
+    InvalidRequestError,
+    JobNotFoundError,
+    RequestTooLargeError,
+)
+from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
+from tests.conftest import CLUSTER, PROJECT, REGION, connection_json
+
+JOB = {"name": "hook-test", "environment": ["PATH=/usr/bin:/bin"], "current_working_directory": "/tmp"}
+
+
+def script(body: str) -> str:
+    return f"#!/bin/bash\n{body}\n"
+
+
+def test_submit_and_wait_completed(slurm_connection: str) -> None:
+    hook = SlurmJobApiHook(slurm_connection)
+    job_id = hook.submit_job(JOB, script("echo hello; sleep 1"))
+    status = hook.wait_for_job(job_id, poll_interval=0.5, timeout=30)
+    assert (status.state, status.is_success, status.exit_code.return_code) == ("COMPLETED", True, 0)
+
+
+def test_failed_job_reports_exit_code(slurm_connection: str) -> None:
+    hook = SlurmJobApiHook(slurm_connection)
+    status = hook.wait_for_job(hook.submit_job(JOB, script("exit 3")), poll_interval=0.5, timeout=30)
+    assert status.state == "FAILED" and not status.is_success
+    assert "exit code 3" in status.describe()
+
+
+def test_defaults_fill_environment_and_working_directory(slurm_connection: str, tmp_path) -> None:
+    hook = SlurmJobApiHook(slurm_connection)
+    job_id = hook.submit_job({"name": "defaults"}, script("test -n \"$PATH\" && test \"$(pwd)\" = /tmp"))
+    assert hook.wait_for_job(job_id, poll_interval=0.5, timeout=30).is_success
+
+
+def test_cancel_running_then_finished(slurm_connection: str) -> None:
+    hook = SlurmJobApiHook(slurm_connection)
+    job_id = hook.submit_job(JOB, script("sleep 300"))
+    assert hook.cancel_job(job_id) is True
+    status = hook.wait_for_job(job_id, poll_interval=0.5, timeout=30)
+    assert status.state == "CANCELLED"
+    assert hook.cancel_job(job_id) is False  # already finished counts as success
+
+
+def test_job_read_back_from_accounting_after_purge(slurm_connection: str) -> None:
+    hook = SlurmJobApiHook(slurm_connection)
+    job_id = hook.submit_job(JOB, script("exit 0"))
+    assert hook.wait_for_job(job_id, poll_interval=0.5, timeout=30).source == "slurm"
+    deadline = time.monotonic() + 20
+    while hook.get_job(job_id).source == "slurm":
+        assert time.monotonic() < deadline, "job never left the live queue"
+        time.sleep(0.5)
+    status = hook.get_job(job_id)
+    assert (status.source, status.state, status.is_success) == ("slurmdb", "COMPLETED", True)
+    assert hook.cancel_job(job_id) is False  # a purged, finished job cancels as a success
+
+
+def test_unknown_job_is_not_found(slurm_connection: str) -> None:
+    with pytest.raises(JobNotFoundError, match="424242"):
+        SlurmJobApiHook(slurm_connection).get_job("424242")
+
+
+def test_list_jobs_and_call(slurm_connection: str) -> None:
+    hook = SlurmJobApiHook(slurm_connection)
+    job_id = hook.submit_job(JOB, script("sleep 2"))
+    assert job_id in {job.job_id for job in hook.list_jobs()}
+    reply = hook.call("GET", f"/slurm/v0.0.42/job/{job_id}")
+    assert reply["jobs"][0]["job_id"] == int(job_id)
+
+
+def test_bad_input_refused_before_sending(slurm_connection: str) -> None:
+    hook = SlurmJobApiHook(slurm_connection)
+    before = len(hook.list_jobs())
+    with pytest.raises(RequestTooLargeError, match="shared storage"):
+        hook.submit_job(JOB, script("echo " + "x" * (1024 * 1024)))
+    with pytest.raises(InvalidRequestError, match="job_id"):
+        hook.get_job("1/../2")
+    with pytest.raises(InvalidRequestError, match="api_version"):
+        SlurmJobApiHook(slurm_connection, api_version="latest")
+    assert len(hook.list_jobs()) == before
+
+
+def test_test_connection(slurm_connection: str, emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    ok, message = SlurmJobApiHook(slurm_connection).test_connection()
+    assert ok, message
+    assert CLUSTER in message
+    ok, message = SlurmJobApiHook(slurm_connection, cluster_id="no-such-cluster").test_connection()
+    assert not ok and "NOT_FOUND" in message
+
+
+def test_wrong_cluster_raises_cluster_not_found(slurm_connection: str) -> None:
+    with pytest.raises(ClusterNotFoundError):
+        SlurmJobApiHook(slurm_connection, cluster_id="other").list_jobs()
+
+
+def test_plain_google_cloud_connection_with_operator_arguments(emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A google_cloud_platform connection (key JSON inline) works when the cluster comes from arguments."""
+    conn = {
+        "conn_type": "google_cloud_platform",
+        "extra": {"keyfile_dict": json.dumps(emulator.service_account_info), "project": PROJECT},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_MY_GCP", json.dumps(conn))
+    hook = SlurmJobApiHook("my_gcp", region=REGION, cluster_id=CLUSTER)
+    with pytest.raises(InvalidRequestError, match="cluster_id"):
+        SlurmJobApiHook("my_gcp", region=REGION, cluster_id="bad/id").cluster  # noqa: B018
+    # The default endpoint is Google's; point this one at the emulator through the connection extra.
+    conn["extra"]["endpoint"] = emulator.url
+    monkeypatch.setenv("AIRFLOW_CONN_MY_GCP", json.dumps(conn))
+    hook = SlurmJobApiHook("my_gcp", region=REGION, cluster_id=CLUSTER)
+    assert hook.cluster.project_id == PROJECT
+    job_id = hook.submit_job(JOB, script("exit 0"))
+    assert hook.wait_for_job(job_id, poll_interval=0.5, timeout=30).is_success
+
+
+def test_arguments_override_connection(emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SLURM_OTHER", connection_json(emulator, cluster_id="wrong-cluster", api_version="v0.0.41")
+    )
+    hook = SlurmJobApiHook("slurm_other", cluster_id=CLUSTER, api_version="v0.0.42")
+    assert (hook.cluster.cluster_id, hook.api_version) == (CLUSTER, "v0.0.42")
+    assert isinstance(hook.list_jobs(), list)
+
+
+def test_service_account_credentials_use_the_emulator_token_endpoint(slurm_connection: str, emulator) -> None:
+    """The hook's credentials are real google-auth service-account credentials with the key's token_uri."""
+    import google.auth.transport.requests
+    from google.oauth2 import service_account
+
+    credentials = SlurmJobApiHook(slurm_connection).get_credentials()
+    assert isinstance(credentials, service_account.Credentials)
+    assert credentials.service_account_email == emulator.service_account_info["client_email"]
+    credentials.refresh(google.auth.transport.requests.Request())
+    assert credentials.token and credentials.expiry is not None

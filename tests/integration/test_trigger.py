@@ -1,0 +1,99 @@
+"""SlurmJobTrigger run in an event loop against the emulator, as the triggerer runs it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
+from airflow_provider_slurmapi.triggers.job import SlurmJobTrigger
+
+JOB = {"name": "trigger-test", "environment": ["PATH=/usr/bin:/bin"], "current_working_directory": "/tmp"}
+
+
+async def first_event(trigger: SlurmJobTrigger, timeout: float = 60) -> dict:
+    events = trigger.run()
+    event = await asyncio.wait_for(events.__anext__(), timeout)
+    await events.aclose()
+    return event.payload
+
+
+def submit(connection: str, body: str) -> str:
+    return SlurmJobApiHook(connection).submit_job(JOB, f"#!/bin/bash\n{body}\n")
+
+
+def test_serialize_round_trip_is_json() -> None:
+    trigger = SlurmJobTrigger("12_3", poll_interval=5, deadline=123.0, hook_kwargs={"slurm_conn_id": "x"})
+    path, kwargs = trigger.serialize()
+    assert path == "airflow_provider_slurmapi.triggers.job.SlurmJobTrigger"
+    again = SlurmJobTrigger(**json.loads(json.dumps(kwargs)))
+    assert again.serialize() == (path, kwargs)
+
+
+async def test_emits_final_status_of_a_completed_job(slurm_connection: str) -> None:
+    job_id = submit(slurm_connection, "sleep 1; exit 0")
+    event = await first_event(SlurmJobTrigger(job_id, poll_interval=0.3, hook_kwargs={"slurm_conn_id": slurm_connection}))
+    status = JobStatus.from_dict(event["job"])
+    assert (event["status"], status.job_id, status.state, status.is_success) == ("finished", job_id, "COMPLETED", True)
+
+
+async def test_emits_failure_with_exit_code(slurm_connection: str) -> None:
+    job_id = submit(slurm_connection, "exit 3")
+    event = await first_event(SlurmJobTrigger(job_id, poll_interval=0.3, hook_kwargs={"slurm_conn_id": slurm_connection}))
+    status = JobStatus.from_dict(event["job"])
+    assert status.state == "FAILED" and status.exit_code.return_code == 3
+
+
+async def test_falls_back_to_accounting_after_the_job_left_the_queue(slurm_connection: str) -> None:
+    job_id = submit(slurm_connection, "exit 0")
+    await asyncio.sleep(5)  # emulator min_job_age is 3 s
+    event = await first_event(SlurmJobTrigger(job_id, poll_interval=0.3, hook_kwargs={"slurm_conn_id": slurm_connection}))
+    status = JobStatus.from_dict(event["job"])
+    assert (status.source, status.state) == ("slurmdb", "COMPLETED")
+
+
+async def test_deadline_ends_the_wait(slurm_connection: str) -> None:
+    job_id = submit(slurm_connection, "sleep 60")
+    started = time.monotonic()
+    trigger = SlurmJobTrigger(
+        job_id, poll_interval=10, deadline=time.time() + 1.5, hook_kwargs={"slurm_conn_id": slurm_connection}
+    )
+    event = await first_event(trigger)
+    assert event["status"] == "timeout" and job_id in event["message"]
+    assert time.monotonic() - started < 5  # it slept only until the deadline, not a whole interval
+    SlurmJobApiHook(slurm_connection).cancel_job(job_id)
+
+
+async def test_unknown_cluster_is_an_error_event(slurm_connection: str) -> None:
+    trigger = SlurmJobTrigger("1", poll_interval=0.3, hook_kwargs={"slurm_conn_id": slurm_connection, "cluster_id": "nope"})
+    event = await first_event(trigger)
+    assert event["status"] == "error" and "NOT_FOUND" in event["message"]
+
+
+async def test_many_triggers_share_one_loop(slurm_connection: str) -> None:
+    """Triggers never block the loop: ten jobs of 1 s finish together in about 1 s, not 10."""
+    job_ids = [submit(slurm_connection, "sleep 1") for _ in range(10)]
+    started = time.monotonic()
+    events = await asyncio.gather(
+        *(first_event(SlurmJobTrigger(j, poll_interval=0.3, hook_kwargs={"slurm_conn_id": slurm_connection})) for j in job_ids)
+    )
+    assert {JobStatus.from_dict(e["job"]).state for e in events} == {"COMPLETED"}
+    assert time.monotonic() - started < 8
+
+
+@pytest.fixture
+def short_tokens(emulator):
+    original = emulator.tokens.lifetime
+    emulator.tokens.lifetime = 2
+    yield
+    emulator.tokens.lifetime = original
+
+
+async def test_wait_survives_token_expiry(slurm_connection: str, short_tokens) -> None:
+    job_id = submit(slurm_connection, "sleep 6")
+    event = await first_event(SlurmJobTrigger(job_id, poll_interval=1, hook_kwargs={"slurm_conn_id": slurm_connection}))
+    assert JobStatus.from_dict(event["job"]).state == "COMPLETED"

@@ -1,0 +1,39 @@
+"""DAGs used only by the system tests: the worker-waiting mode and the /slurmdb read-back."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
+
+try:
+    from airflow.sdk import DAG
+except ImportError:  # Airflow 2.x
+    from airflow import DAG
+
+JOB = {"name": "system-test", "environment": ["PATH=/usr/bin:/bin"], "current_working_directory": "/tmp"}
+
+with DAG(
+    dag_id="test_slurm_worker_wait",
+    start_date=datetime(2026, 1, 1),
+    schedule=None,
+    params={"exit_code": 0},
+):
+    SlurmSubmitJobOperator(
+        task_id="train",
+        job=JOB,
+        script="#!/bin/bash\necho waiting in the worker\nsleep 1\nexit {{ params.exit_code }}\n",
+        deferrable=False,
+        poll_interval=0.5,
+    )
+
+with DAG(dag_id="test_slurm_accounting_readback", start_date=datetime(2026, 1, 1), schedule=None):
+    # The job ends after 1 s and leaves the live queue 1 s later; the trigger's second read comes
+    # 5 s after its first, so it finds the job only in accounting.
+    SlurmSubmitJobOperator(
+        task_id="train",
+        job=JOB,
+        script="#!/bin/bash\nsleep 1\n",
+        deferrable=True,
+        poll_interval=5,
+    )

@@ -1,0 +1,122 @@
+"""The example DAGs under `airflow dags test` (a real Airflow), against the emulator."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
+from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
+from tests.conftest import connection_json
+
+pytestmark = pytest.mark.system
+
+ROOT = Path(__file__).parents[2]
+AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
+    work = tmp_path_factory.mktemp("emulator")
+    config = EmulatorConfig(min_job_age=1.0, key_file=work / "key.json", state_dir=work / "jobs", kill_wait=1.0)
+    with Emulator(config) as emu:
+        yield emu
+
+
+@pytest.fixture(scope="module")
+def airflow_env(emulator: Emulator, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    home = tmp_path_factory.mktemp("airflow")
+    dags = home / "dags"
+    shutil.copytree(ROOT / "example_dags", dags)
+    shutil.copy(Path(__file__).parent / "dags" / "test_slurm_modes.py", dags)
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW_CONN_SLURM_JOB_API_DEFAULT": connection_json(emulator),
+    }
+    subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    return env
+
+
+def dags_test(env: dict[str, str], dag_id: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AIRFLOW, "dags", "test", dag_id, *args], env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def output(result: subprocess.CompletedProcess[str]) -> str:
+    return result.stdout + result.stderr
+
+
+def test_submit_job_deferrable_succeeds(airflow_env: dict[str, str]) -> None:
+    result = dags_test(airflow_env, "example_slurm_submit_job")
+    assert result.returncode == 0, output(result)[-5000:]
+    assert "Trigger" in output(result)  # the wait really went through the trigger
+    assert "is COMPLETED; exit code 0" in output(result)
+
+
+def test_submit_job_exit_3_fails_the_task(airflow_env: dict[str, str]) -> None:
+    result = dags_test(airflow_env, "example_slurm_submit_job", "-c", '{"exit_code": 3, "epochs": 1}')
+    log = output(result)
+    assert result.returncode != 0 or "failed" in log.lower(), log[-5000:]
+    assert "is FAILED" in log and "exit code 3" in log, log[-5000:]
+
+
+def test_worker_waiting_mode(airflow_env: dict[str, str]) -> None:
+    ok = dags_test(airflow_env, "test_slurm_worker_wait")
+    assert ok.returncode == 0, output(ok)[-5000:]
+    assert "is COMPLETED; exit code 0" in output(ok)
+    assert "Trigger" not in output(ok).replace("Trigger completed", "")  # nothing deferred
+    failed = dags_test(airflow_env, "test_slurm_worker_wait", "-c", '{"exit_code": 3}')
+    assert "is FAILED" in output(failed) and "exit code 3" in output(failed), output(failed)[-5000:]
+
+
+def test_job_read_back_from_accounting(airflow_env: dict[str, str]) -> None:
+    result = dags_test(airflow_env, "test_slurm_accounting_readback")
+    assert result.returncode == 0, output(result)[-5000:]
+    assert "reading it from accounting (/slurmdb)" in output(result)
+
+
+def test_sensor_and_cancel_dag(airflow_env: dict[str, str], emulator: Emulator, monkeypatch) -> None:
+    result = dags_test(airflow_env, "example_slurm_sensor_and_cancel")
+    assert result.returncode == 0, output(result)[-5000:]
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_JOB_API_DEFAULT", airflow_env["AIRFLOW_CONN_SLURM_JOB_API_DEFAULT"])
+    accounting = SlurmJobApiHook().call("GET", "/slurmdb/v0.0.42/jobs")["jobs"]
+    states = {job["name"]: job["state"]["current"][0] for job in accounting}
+    assert states.get("example-long-running") == "CANCELLED", states
+    assert states.get("example-preprocess") == "COMPLETED", states
+
+
+def test_job_cancelled_outside_fails_the_task(airflow_env: dict[str, str], monkeypatch) -> None:
+    """Someone cancels the job while the task waits: the task fails and says CANCELLED."""
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_JOB_API_DEFAULT", airflow_env["AIRFLOW_CONN_SLURM_JOB_API_DEFAULT"])
+    hook = SlurmJobApiHook()
+    known = {job.job_id for job in hook.list_jobs()}
+    cancelled: list[str] = []
+
+    def cancel_when_running() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not cancelled:
+            for job in hook.list_jobs():
+                if job.job_id not in known and job.state == "RUNNING":
+                    hook.cancel_job(job.job_id)
+                    cancelled.append(job.job_id)
+            time.sleep(0.5)
+
+    canceller = threading.Thread(target=cancel_when_running)
+    canceller.start()
+    result = dags_test(airflow_env, "example_slurm_submit_job", "-c", '{"epochs": 120}')
+    canceller.join()
+    log = output(result)
+    assert cancelled, "the job never ran"
+    assert f"Slurm job {cancelled[0]} is CANCELLED" in log, log[-5000:]

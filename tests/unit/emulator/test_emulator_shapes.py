@@ -1,0 +1,153 @@
+"""Every reply kind has the same keys and JSON value types as the real Slurm 24.11.5 captures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from emulator_testkit import Api, load_fixture
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    return type(value).__name__
+
+
+def shape_diff(actual: Any, expected: Any, where: str = "$") -> list[str]:
+    """Differences in keys and value types, recursively; list items are checked against the first
+    expected item (when the fixture's list is empty there is nothing to compare)."""
+    if _kind(actual) != _kind(expected):
+        return [f"{where}: {_kind(actual)} != {_kind(expected)}"]
+    problems: list[str] = []
+    if isinstance(expected, dict):
+        for key in sorted(set(expected) - set(actual)):
+            problems.append(f"{where}.{key}: missing")
+        for key in sorted(set(actual) - set(expected)):
+            problems.append(f"{where}.{key}: unexpected")
+        for key in sorted(set(actual) & set(expected)):
+            problems += shape_diff(actual[key], expected[key], f"{where}.{key}")
+    elif isinstance(expected, list) and expected:
+        for index, item in enumerate(actual):
+            problems += shape_diff(item, expected[0], f"{where}[{index}]")
+    return problems
+
+
+def test_shape_diff_can_fail() -> None:
+    assert shape_diff({"a": 1, "b": [{"c": "x"}]}, {"a": 1, "b": [{"c": "y"}]}) == []
+    assert shape_diff({"a": True}, {"a": 1}) == ["$.a: bool != int"]
+    assert shape_diff({"a": 1}, {"a": 1, "b": 2}) == ["$.b: missing"]
+    assert shape_diff({"n": {"set": True, "number": 1}}, {"n": {"set": True, "number": 1.0}}) == [
+        "$.n.number: int != float"]
+
+
+@pytest.fixture(scope="module")
+def replies(api: Api, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, dict[str, Any]]]:
+    """Drive jobs through every state once and collect the replies, keyed by fixture name."""
+    cwd = str(tmp_path_factory.mktemp("shapes"))
+    got: dict[str, tuple[int, dict[str, Any]]] = {}
+    sub = "/slurm/v0.0.42/job/submit"
+
+    def body(script: str, **job: Any) -> dict[str, Any]:
+        desc = {"name": "t", "current_working_directory": cwd, "environment": ["PATH=/bin:/usr/bin"],
+                "time_limit": {"set": True, "number": 5}, **job}
+        return {"job": desc, "script": script}
+
+    got["submit_response.json"] = api.call("POST", sub, body("#!/bin/bash\nsleep 30\n"))
+    running = got["submit_response.json"][1]["job_id"]
+    api.wait(running, {"RUNNING"})
+    got["job_running.json"] = api.call("GET", f"/slurm/v0.0.42/job/{running}")
+    got["jobs_list_one_running.json"] = api.call("GET", "/slurm/v0.0.42/jobs/")
+    got["slurmdb_job_running.json"] = api.call("GET", f"/slurmdb/v0.0.42/job/{running}")
+
+    held = api.submit("#!/bin/bash\ntrue\n", hold=True, current_working_directory=cwd)
+    got["job_pending_held.json"] = api.call("GET", f"/slurm/v0.0.42/job/{held}")
+    got["slurmdb_job_pending.json"] = api.call("GET", f"/slurmdb/v0.0.42/job/{held}")
+    got["delete_pending.json"] = api.call("DELETE", f"/slurm/v0.0.42/job/{held}")
+    got["job_cancelled_pending.json"] = api.call("GET", f"/slurm/v0.0.42/job/{held}")
+    got["slurmdb_job_cancelled_pending.json"] = api.call("GET", f"/slurmdb/v0.0.42/job/{held}")
+
+    got["delete_running.json"] = api.call("DELETE", f"/slurm/v0.0.42/job/{running}")
+    got["job_cancelled_immediately.json"] = api.call("GET", f"/slurm/v0.0.42/job/{running}")
+
+    done = api.call("POST", sub, body("#!/bin/bash\nsrun bash -c 'exit 7'\n"))[1]["job_id"]
+    failed = api.submit("#!/bin/bash\nexit 3\n", current_working_directory=cwd)
+    signaled = api.submit("#!/bin/bash\nkill -9 $$\n", current_working_directory=cwd)
+    for job_id in (done, failed, signaled, running):
+        api.wait(job_id)
+    got["job_cancelled.json"] = api.call("GET", f"/slurm/v0.0.42/job/{running}")
+    got["slurmdb_job_cancelled.json"] = api.call("GET", f"/slurmdb/v0.0.42/job/{running}")
+    got["job_completed.json"] = api.call("GET", f"/slurm/v0.0.42/job/{done}")
+    got["job_completed_step_failed.json"] = got["job_completed.json"]
+    got["slurmdb_job_completed.json"] = api.call("GET", f"/slurmdb/v0.0.42/job/{done}")
+    got["slurmdb_job_completed_step_failed.json"] = got["slurmdb_job_completed.json"]
+    got["job_failed.json"] = api.call("GET", f"/slurm/v0.0.42/job/{failed}")
+    got["slurmdb_job_failed.json"] = api.call("GET", f"/slurmdb/v0.0.42/job/{failed}")
+    got["job_failed_signal.json"] = api.call("GET", f"/slurm/v0.0.42/job/{signaled}")
+    got["slurmdb_job_failed_signal.json"] = api.call("GET", f"/slurmdb/v0.0.42/job/{signaled}")
+    got["delete_completed.json"] = api.call("DELETE", f"/slurm/v0.0.42/job/{done}")
+    got["jobs_list_mixed.json"] = api.call("GET", "/slurm/v0.0.42/jobs")
+    got["slurmdb_jobs_list.json"] = api.call("GET", "/slurmdb/v0.0.42/jobs")
+
+    got["job_unknown.json"] = api.call("GET", "/slurm/v0.0.42/job/999999")
+    got["delete_unknown.json"] = api.call("DELETE", "/slurm/v0.0.42/job/999999")
+    got["job_invalid_id.json"] = api.call("GET", "/slurm/v0.0.42/job/abc")
+    got["slurmdb_job_unknown.json"] = api.call("GET", "/slurmdb/v0.0.42/job/999999")
+    got["ping.json"] = api.call("GET", "/slurm/v0.0.42/ping")
+    got["submit_error_get_method.json"] = api.call("GET", sub)
+    for name in ("submit_no_environment", "submit_no_cwd", "submit_error_no_script",
+                 "submit_error_bad_partition", "submit_unknown_field", "submit_environment_as_object",
+                 "submit_time_limit_plain_int", "submit_error_wrong_type",
+                 "submit_error_wrong_type_time_limit"):
+        request = load_fixture(f"{name}.request.json")
+        request.get("job", {})["current_working_directory"] = cwd if "cwd" not in name else None
+        if "cwd" in name:
+            request["job"].pop("current_working_directory")
+        got[f"{name}.json"] = api.call("POST", sub, request)
+    return got
+
+
+FIXTURE_STATUS = {row.split("\t")[0]: int(row.split("\t")[3])
+                  for row in (Path(__file__).resolve().parents[2] / "fixtures" / "slurm-24.11.5" / "_index.tsv")
+                  .read_text().splitlines()[1:] if row.strip()}
+
+COMPARED = [
+    "submit_response.json", "job_running.json", "jobs_list_one_running.json", "slurmdb_job_running.json",
+    "job_pending_held.json", "slurmdb_job_pending.json", "delete_pending.json",
+    "job_cancelled_pending.json", "slurmdb_job_cancelled_pending.json", "delete_running.json",
+    "job_cancelled_immediately.json", "job_cancelled.json", "slurmdb_job_cancelled.json",
+    "job_completed.json", "job_completed_step_failed.json", "slurmdb_job_completed.json",
+    "slurmdb_job_completed_step_failed.json", "job_failed.json", "slurmdb_job_failed.json",
+    "job_failed_signal.json", "slurmdb_job_failed_signal.json", "delete_completed.json",
+    "jobs_list_mixed.json", "slurmdb_jobs_list.json", "job_unknown.json", "delete_unknown.json",
+    "job_invalid_id.json", "slurmdb_job_unknown.json", "ping.json", "submit_error_get_method.json",
+    "submit_no_environment.json", "submit_no_cwd.json", "submit_error_no_script.json",
+    "submit_error_bad_partition.json", "submit_unknown_field.json", "submit_environment_as_object.json",
+    "submit_time_limit_plain_int.json", "submit_error_wrong_type.json",
+    "submit_error_wrong_type_time_limit.json",
+]
+
+
+@pytest.mark.parametrize("fixture", COMPARED)
+def test_reply_matches_real_slurm_shape(replies: dict[str, tuple[int, dict[str, Any]]], fixture: str) -> None:
+    status, reply = replies[fixture]
+    expected = load_fixture(fixture)
+    assert status == FIXTURE_STATUS[fixture]
+    assert shape_diff(reply, expected) == []
+    # the same errors and warnings (numbers and sources), not only the same shapes
+    assert [e["error_number"] for e in reply["errors"]] == [e["error_number"] for e in expected["errors"]]
+    assert [w["source"] for w in reply["warnings"]] == [w["source"] for w in expected["warnings"]]
+    if "jobs" in expected and expected["jobs"] and "job_state" in expected["jobs"][0]:
+        assert reply["jobs"][0]["job_state"][0] == expected["jobs"][0]["job_state"][0]
+        assert reply["jobs"][0]["exit_code"]["status"] == expected["jobs"][0]["exit_code"]["status"]
+        assert reply["jobs"][0]["state_reason"] == expected["jobs"][0]["state_reason"]
+    if "jobs" in expected and expected["jobs"] and "state" in expected["jobs"][0] and fixture != "slurmdb_jobs_list.json":
+        assert reply["jobs"][0]["state"] == expected["jobs"][0]["state"]
+        assert reply["jobs"][0]["exit_code"]["status"] == expected["jobs"][0]["exit_code"]["status"]
+        steps = [(s["state"], s["exit_code"]["status"]) for s in reply["jobs"][0]["steps"]]
+        assert steps == [(s["state"], s["exit_code"]["status"]) for s in expected["jobs"][0]["steps"]]
