@@ -23,7 +23,10 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 stamp="$VENV/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)-$(echo "$AIRFLOW_REQUIREMENT" | sha256sum | cut -c1-8)"
 if [ ! -f "$stamp" ]; then
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check uv
+    if ! "$VENV/bin/python" -m uv --version >/dev/null 2>&1; then
+        "$VENV/bin/python" -m ensurepip >/dev/null 2>&1 || true
+        "$VENV/bin/python" -m pip install -q --disable-pip-version-check uv
+    fi
     "$VENV/bin/python" -m uv pip install -q --python "$VENV/bin/python" "$AIRFLOW_REQUIREMENT" -e ".[test]"
     rm -f "$VENV"/.installed-*
     touch "$stamp"

@@ -15,7 +15,6 @@ from airflow_provider_slurmapi.client.errors import (
     ServerError,
     SlurmError,
     SlurmErrorDetail,
-    UnavailableError,
 )
 
 log = logging.getLogger(__name__)
@@ -125,6 +124,4 @@ def google_error(http_status: int, payload: Any, text: str = "") -> GoogleApiErr
     cls = GOOGLE_ERRORS.get(status)
     if cls is None:
         cls = ServerError if code >= 500 else GoogleApiError
-    if code in (502, 504) and cls is GoogleApiError:
-        cls = UnavailableError
     return cls(code, status or f"HTTP {code}", message)

@@ -163,13 +163,12 @@ class JobStatus:
 
     @property
     def effective_exit_code(self) -> ExitCode | None:
-        """The exit code worth showing: /slurmdb reports SUCCESS/0 for CANCELLED and TIMEOUT jobs."""
-        if (
-            self.source == "slurmdb"
-            and self.state in {"CANCELLED", "TIMEOUT"}
-            and self.exit_code
-            and (self.exit_code.is_zero)
-        ):
+        """The exit code worth showing, or None when Slurm's SUCCESS/0 means nothing.
+
+        /slurmdb reports SUCCESS/0 for CANCELLED and TIMEOUT jobs, and a job cancelled while
+        pending still carries its placeholder SUCCESS/0: only a COMPLETED job's 0 is real.
+        """
+        if self.state != "COMPLETED" and self.exit_code is not None and self.exit_code.is_zero:
             return None
         return self.exit_code
 

@@ -53,7 +53,17 @@ def submit_job(paths: SlurmPaths, job: dict[str, Any], script: str) -> Operation
     reply = yield SlurmRequest("POST", paths.submit(), submission_body(job, script))
     job_id = reply.body.get("job_id")
     if job_id is None:
-        raise SlurmError(reply.status, [], path=paths.submit())
+        # Real slurmrestd does this when it coerced a bad field: the job may exist without an ID.
+        details = [
+            SlurmErrorDetail(
+                None,
+                "no job_id in the reply; the job may have been submitted",
+                str(w.get("description", "")),
+                str(w.get("source", "")),
+            )
+            for w in reply.warnings
+        ] or [SlurmErrorDetail(None, "no job_id in the reply; the job may have been submitted", "", "")]
+        raise SlurmError(reply.status, details, path=paths.submit())
     return str(job_id)
 
 

@@ -32,19 +32,18 @@ def _env_list(name: str) -> list[str] | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="slurm-job-api-emulator",
-                                description="Local stand-in for Google Cloud's Slurm Job API.")
+    p = argparse.ArgumentParser(
+        prog="slurm-job-api-emulator", description="Local stand-in for Google Cloud's Slurm Job API."
+    )
     p.add_argument("--host", default=_env("HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(_env("PORT", "8780") or 8780))
     p.add_argument("--project", action="append", help=f"repeatable; default {DEFAULT_PROJECT}")
     p.add_argument("--region", action="append", help=f"repeatable; default {DEFAULT_REGION}")
     p.add_argument("--cluster", action="append", help=f"repeatable; default {DEFAULT_CLUSTER}")
     p.add_argument("--min-job-age", type=float, default=float(_env("MIN_JOB_AGE", "30") or 30))
-    p.add_argument("--seconds-per-minute", type=float,
-                   default=float(_env("SECONDS_PER_MINUTE", "60") or 60))
+    p.add_argument("--seconds-per-minute", type=float, default=float(_env("SECONDS_PER_MINUTE", "60") or 60))
     p.add_argument("--token-lifetime", type=float, default=float(_env("TOKEN_LIFETIME", "3600") or 3600))
-    p.add_argument("--reply-shape", choices=("structured", "body"),
-                   default=_env("REPLY_SHAPE", "structured"))
+    p.add_argument("--reply-shape", choices=("structured", "body"), default=_env("REPLY_SHAPE", "structured"))
     p.add_argument("--key-file", default=_env("KEY_FILE", "./emulator-key.json"))
     p.add_argument("--deny-principal", action="append", help="repeatable: email that gets PERMISSION_DENIED")
     p.add_argument("--state-dir", default=_env("STATE_DIR"))
@@ -73,24 +72,40 @@ def config_from_args(argv: Sequence[str] | None = None) -> EmulatorConfig:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return EmulatorConfig(
-        host=args.host, port=args.port, clusters=_clusters(args),
-        min_job_age=args.min_job_age, seconds_per_minute=args.seconds_per_minute,
-        token_lifetime=args.token_lifetime, reply_shape=args.reply_shape,
+        host=args.host,
+        port=args.port,
+        clusters=_clusters(args),
+        min_job_age=args.min_job_age,
+        seconds_per_minute=args.seconds_per_minute,
+        token_lifetime=args.token_lifetime,
+        reply_shape=args.reply_shape,
         denied_principals=tuple(args.deny_principal or _env_list("DENY_PRINCIPAL") or ()),
-        key_file=os.path.abspath(args.key_file), state_dir=args.state_dir, kill_wait=args.kill_wait,
+        key_file=os.path.abspath(args.key_file),
+        state_dir=args.state_dir,
+        kill_wait=args.kill_wait,
     )
 
 
 def describe(emu: Emulator) -> list[str]:
     """The start-up banner: one fact per line, then an example Airflow connection."""
-    lines = [f"URL: {emu.url}", f"Key file: {emu.key_file}",
-             f"Service account: {emu.service_account_info['client_email']}"]
+    lines = [
+        f"URL: {emu.url}",
+        f"Key file: {emu.key_file}",
+        f"Service account: {emu.service_account_info['client_email']}",
+    ]
     for project, region, cluster in emu.config.clusters:
         lines.append(f"Cluster: project={project} region={region} cluster={cluster}")
     project, region, cluster = emu.config.clusters[0]
-    conn = {"conn_type": "slurm_job_api",
-            "extra": {"project_id": project, "region": region, "cluster_id": cluster,
-                      "endpoint": emu.url, "key_path": str(emu.key_file)}}
+    conn = {
+        "conn_type": "slurm_job_api",
+        "extra": {
+            "project_id": project,
+            "region": region,
+            "cluster_id": cluster,
+            "endpoint": emu.url,
+            "key_path": str(emu.key_file),
+        },
+    }
     lines.append(f"AIRFLOW_CONN_SLURM_JOB_API_DEFAULT='{json.dumps(conn)}'")
     return lines
 

@@ -73,14 +73,17 @@ class Emulator:
         state_dir = self._dir(self.config.state_dir, "slurm-emulator-state-")
         for project, region, cluster in self.config.clusters:
             self.backends[(project, region, cluster)] = BuiltinBackend(
-                cluster, state_dir / project / region / cluster,
+                cluster,
+                state_dir / project / region / cluster,
                 min_job_age=self.config.min_job_age,
                 seconds_per_minute=self.config.seconds_per_minute,
-                kill_wait=self.config.kill_wait)
+                kill_wait=self.config.kill_wait,
+            )
         ready = threading.Event()
         failure: list[BaseException] = []
-        self._thread = threading.Thread(target=self._serve, args=(ready, failure),
-                                        name="slurm-job-api-emulator", daemon=True)
+        self._thread = threading.Thread(
+            target=self._serve, args=(ready, failure), name="slurm-job-api-emulator", daemon=True
+        )
         self._thread.start()
         ready.wait()
         if failure:
@@ -109,8 +112,9 @@ class Emulator:
     def __enter__(self) -> Emulator:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     # --- internals ------------------------------------------------------------------------------
@@ -150,9 +154,15 @@ class Emulator:
     async def _listen(self) -> None:
         project = self.config.clusters[0][0]
         # the port (and so token_uri) is known only after binding: bind first, then write the key
-        state = ServerState(backends=self.backends, tokens=self.tokens, key_info={}, public_pem=b"",
-                            token_uri=lambda: self.token_uri, reply_shape=self.config.reply_shape,
-                            denied_principals=frozenset(self.config.denied_principals))
+        state = ServerState(
+            backends=self.backends,
+            tokens=self.tokens,
+            key_info={},
+            public_pem=b"",
+            token_uri=lambda: self.token_uri,
+            reply_shape=self.config.reply_shape,
+            denied_principals=frozenset(self.config.denied_principals),
+        )
         self._runner = web.AppRunner(make_app(state), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port)
@@ -160,8 +170,11 @@ class Emulator:
         server = site._server
         assert server is not None and server.sockets  # type: ignore[attr-defined]
         self._port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-        key_path = (Path(self.config.key_file) if self.config.key_file is not None
-                    else self._dir(None, "slurm-emulator-key-") / "emulator-key.json")
+        key_path = (
+            Path(self.config.key_file)
+            if self.config.key_file is not None
+            else self._dir(None, "slurm-emulator-key-") / "emulator-key.json"
+        )
         info = await asyncio.to_thread(auth.load_or_create_key, key_path, project, self.token_uri)
         state.key_info = info
         state.public_pem = auth.public_key_pem(info)

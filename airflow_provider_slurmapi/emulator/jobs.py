@@ -130,8 +130,14 @@ class Job:
             return ""
         array_id = self.array_job_id or self.job_id
         task = NO_ARRAY_TASK if self.array_task_id is None else self.array_task_id
-        values = {"j": str(self.job_id), "A": str(array_id), "a": str(task), "x": self.name,
-                  "u": self.user_name, "%": "%"}
+        values = {
+            "j": str(self.job_id),
+            "A": str(array_id),
+            "a": str(task),
+            "x": self.name,
+            "u": self.user_name,
+            "%": "%",
+        }
         expanded = re.sub(r"%([jAaxu%])", lambda m: values[m.group(1)], pattern)
         if not expanded.startswith("/"):
             expanded = f"{self.cwd.rstrip('/')}/{expanded}"
@@ -144,7 +150,12 @@ class Job:
         for step in self.steps:
             if step.step_id == "batch":
                 continue
-            if step.exit.signal is not None and worst.signal is None or worst.signal is None and step.exit.return_code > worst.return_code:
+            if (
+                step.exit.signal is not None
+                and worst.signal is None
+                or worst.signal is None
+                and step.exit.return_code > worst.return_code
+            ):
                 worst = step.exit
         return worst
 

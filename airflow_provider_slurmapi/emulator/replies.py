@@ -59,9 +59,14 @@ def meta(kind: str, version: str, cluster: str) -> dict[str, Any]:
     return result
 
 
-def envelope(kind: str, version: str, cluster: str, fields: dict[str, Any],
-             errors: list[dict[str, Any]] | None = None,
-             warnings: list[dict[str, Any]] | None = None) -> Reply:
+def envelope(
+    kind: str,
+    version: str,
+    cluster: str,
+    fields: dict[str, Any],
+    errors: list[dict[str, Any]] | None = None,
+    warnings: list[dict[str, Any]] | None = None,
+) -> Reply:
     reply = dict(fields)
     reply["meta"] = meta(kind, version, cluster)
     reply["errors"] = errors or []
@@ -181,8 +186,9 @@ def slurm_job(job: Job, cluster: str) -> dict[str, Any]:
     return out
 
 
-def _step(job: Job, step_id: str, name: str, state: State, info: ExitInfo, start: int, end: int,
-          cpus: int) -> dict[str, Any]:
+def _step(
+    job: Job, step_id: str, name: str, state: State, info: ExitInfo, start: int, end: int, cpus: int
+) -> dict[str, Any]:
     out = template("slurmdb_step.json")
     out["step"] = {"id": f"{job.job_id}.{step_id}", "name": name}
     out["state"] = [state.value]

@@ -34,8 +34,15 @@ _CALL_PATH = re.compile(
     r"^/v1beta1/projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)"
     r"/modelDevelopmentClusters/(?P<cluster>[^/:]+):callSlurmRestApi$"
 )
-_GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
-                  404: "NOT_FOUND", 405: "UNIMPLEMENTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
+_GOOGLE_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "UNIMPLEMENTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
 
 ClusterKey = tuple[str, str, str]  # (project, region, cluster)
 
@@ -67,24 +74,23 @@ async def token_endpoint(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     form = await request.post()
     if form.get("grant_type") != auth.JWT_BEARER_GRANT:
-        return web.json_response({"error": "unsupported_grant_type",
-                                  "error_description": "Only the JWT bearer grant is supported."},
-                                 status=400)
+        return web.json_response(
+            {"error": "unsupported_grant_type", "error_description": "Only the JWT bearer grant is supported."},
+            status=400,
+        )
     assertion = form.get("assertion")
     if not isinstance(assertion, str) or not assertion:
-        return web.json_response({"error": "invalid_request", "error_description": "Missing assertion."},
-                                 status=400)
+        return web.json_response({"error": "invalid_request", "error_description": "Missing assertion."}, status=400)
     try:
-        principal = auth.verify_assertion(assertion, state.public_pem, state.token_uri(),
-                                          state.key_info["client_email"])
+        principal = auth.verify_assertion(
+            assertion, state.public_pem, state.token_uri(), state.key_info["client_email"]
+        )
     except auth.InvalidAssertion as exc:
         log.info("token request refused: %s", exc)
-        return web.json_response({"error": "invalid_grant", "error_description": "Invalid JWT Signature."},
-                                 status=400)
+        return web.json_response({"error": "invalid_grant", "error_description": "Invalid JWT Signature."}, status=400)
     token = state.tokens.issue(principal)
     log.info("issued an access token for %s", principal)
-    return web.json_response({"access_token": token, "expires_in": int(state.tokens.lifetime),
-                              "token_type": "Bearer"})
+    return web.json_response({"access_token": token, "expires_in": int(state.tokens.lifetime), "token_type": "Bearer"})
 
 
 def _principal(request: web.Request, state: ServerState) -> str | None:
@@ -104,21 +110,30 @@ async def call_slurm_rest_api(request: web.Request) -> web.Response:
         return google_error(405, f"Method {request.method} is not allowed; callSlurmRestApi takes POST.")
     principal = _principal(request, state)
     if principal is None:
-        return google_error(401, "Request had invalid authentication credentials. Expected OAuth 2 access "
-                                 "token, login cookie or other valid authentication credential.")
+        return google_error(
+            401,
+            "Request had invalid authentication credentials. Expected OAuth 2 access "
+            "token, login cookie or other valid authentication credential.",
+        )
     key: ClusterKey = (match["project"], match["region"], match["cluster"])
     resource = f"projects/{key[0]}/locations/{key[1]}/modelDevelopmentClusters/{key[2]}"
     backend = state.backends.get(key)
     if backend is None:
         return google_error(404, f"ModelDevelopmentCluster {resource} not found.")
     if principal in state.denied_principals:
-        return google_error(403, "Permission 'aiplatform.googleapis.com/modelDevelopmentClusters.run' "
-                                 f"denied on resource '//aiplatform.googleapis.com/{resource}' "
-                                 "(or it may not exist).")
+        return google_error(
+            403,
+            "Permission 'aiplatform.googleapis.com/modelDevelopmentClusters.run' "
+            f"denied on resource '//aiplatform.googleapis.com/{resource}' "
+            "(or it may not exist).",
+        )
     raw = await request.read()
     if len(raw) >= MAX_REQUEST_BYTES:
-        return google_error(400, f"Request size {len(raw)} bytes exceeds the limit: the request must be "
-                                 f"under {MAX_REQUEST_BYTES} bytes (1 MB).")
+        return google_error(
+            400,
+            f"Request size {len(raw)} bytes exceeds the limit: the request must be "
+            f"under {MAX_REQUEST_BYTES} bytes (1 MB).",
+        )
     try:
         payload = json.loads(raw or b"{}")
     except ValueError:
@@ -127,8 +142,9 @@ async def call_slurm_rest_api(request: web.Request) -> web.Response:
         return google_error(400, "Invalid JSON payload received: expected an object.")
     method = payload.get("method")
     if method not in SLURM_METHODS:
-        return google_error(400, f"Invalid value for method: {method!r}; expected one of "
-                                 + ", ".join(SLURM_METHODS) + ".")
+        return google_error(
+            400, f"Invalid value for method: {method!r}; expected one of " + ", ".join(SLURM_METHODS) + "."
+        )
     full_path = payload.get("path")
     if not isinstance(full_path, str):
         return google_error(400, "path is required and must be a string.")
@@ -139,8 +155,10 @@ async def call_slurm_rest_api(request: web.Request) -> web.Response:
     if body is not None and not isinstance(body, dict):
         return google_error(400, "body must be a JSON object.")
     slurm_request = SlurmRequest(
-        method=SLURM_METHODS[method], path=path,
-        query=parse_qs(raw_query, keep_blank_values=True), raw_query=raw_query,
+        method=SLURM_METHODS[method],
+        path=path,
+        query=parse_qs(raw_query, keep_blank_values=True),
+        raw_query=raw_query,
         body=body if SLURM_METHODS[method] in ("POST", "PUT", "PATCH") else None,
         principal=principal,
     )

@@ -39,7 +39,7 @@ def test_failed_job_reports_exit_code(slurm_connection: str) -> None:
 
 def test_defaults_fill_environment_and_working_directory(slurm_connection: str, tmp_path) -> None:
     hook = SlurmJobApiHook(slurm_connection)
-    job_id = hook.submit_job({"name": "defaults"}, script("test -n \"$PATH\" && test \"$(pwd)\" = /tmp"))
+    job_id = hook.submit_job({"name": "defaults"}, script('test -n "$PATH" && test "$(pwd)" = /tmp'))
     assert hook.wait_for_job(job_id, poll_interval=0.5, timeout=30).is_success
 
 

@@ -36,14 +36,18 @@ def test_serialize_round_trip_is_json() -> None:
 
 async def test_emits_final_status_of_a_completed_job(slurm_connection: str) -> None:
     job_id = submit(slurm_connection, "sleep 1; exit 0")
-    event = await first_event(SlurmJobTrigger(job_id, poll_interval=0.3, hook_kwargs={"slurm_conn_id": slurm_connection}))
+    event = await first_event(
+        SlurmJobTrigger(job_id, poll_interval=0.3, hook_kwargs={"slurm_conn_id": slurm_connection})
+    )
     status = JobStatus.from_dict(event["job"])
     assert (event["status"], status.job_id, status.state, status.is_success) == ("finished", job_id, "COMPLETED", True)
 
 
 async def test_emits_failure_with_exit_code(slurm_connection: str) -> None:
     job_id = submit(slurm_connection, "exit 3")
-    event = await first_event(SlurmJobTrigger(job_id, poll_interval=0.3, hook_kwargs={"slurm_conn_id": slurm_connection}))
+    event = await first_event(
+        SlurmJobTrigger(job_id, poll_interval=0.3, hook_kwargs={"slurm_conn_id": slurm_connection})
+    )
     status = JobStatus.from_dict(event["job"])
     assert status.state == "FAILED" and status.exit_code.return_code == 3
 
@@ -51,7 +55,9 @@ async def test_emits_failure_with_exit_code(slurm_connection: str) -> None:
 async def test_falls_back_to_accounting_after_the_job_left_the_queue(slurm_connection: str) -> None:
     job_id = submit(slurm_connection, "exit 0")
     await asyncio.sleep(5)  # emulator min_job_age is 3 s
-    event = await first_event(SlurmJobTrigger(job_id, poll_interval=0.3, hook_kwargs={"slurm_conn_id": slurm_connection}))
+    event = await first_event(
+        SlurmJobTrigger(job_id, poll_interval=0.3, hook_kwargs={"slurm_conn_id": slurm_connection})
+    )
     status = JobStatus.from_dict(event["job"])
     assert (status.source, status.state) == ("slurmdb", "COMPLETED")
 
@@ -69,7 +75,9 @@ async def test_deadline_ends_the_wait(slurm_connection: str) -> None:
 
 
 async def test_unknown_cluster_is_an_error_event(slurm_connection: str) -> None:
-    trigger = SlurmJobTrigger("1", poll_interval=0.3, hook_kwargs={"slurm_conn_id": slurm_connection, "cluster_id": "nope"})
+    trigger = SlurmJobTrigger(
+        "1", poll_interval=0.3, hook_kwargs={"slurm_conn_id": slurm_connection, "cluster_id": "nope"}
+    )
     event = await first_event(trigger)
     assert event["status"] == "error" and "NOT_FOUND" in event["message"]
 
@@ -79,7 +87,10 @@ async def test_many_triggers_share_one_loop(slurm_connection: str) -> None:
     job_ids = [submit(slurm_connection, "sleep 1") for _ in range(10)]
     started = time.monotonic()
     events = await asyncio.gather(
-        *(first_event(SlurmJobTrigger(j, poll_interval=0.3, hook_kwargs={"slurm_conn_id": slurm_connection})) for j in job_ids)
+        *(
+            first_event(SlurmJobTrigger(j, poll_interval=0.3, hook_kwargs={"slurm_conn_id": slurm_connection}))
+            for j in job_ids
+        )
     )
     assert {JobStatus.from_dict(e["job"]).state for e in events} == {"COMPLETED"}
     assert time.monotonic() - started < 8

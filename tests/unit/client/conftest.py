@@ -18,7 +18,7 @@ def _load(name: str) -> dict[str, Any]:
 def _index() -> dict[str, dict[str, str]]:
     rows = (FIXTURES / "_index.tsv").read_text().splitlines()
     header = rows[0].split("\t")
-    return {r.split("\t")[0]: dict(zip(header, r.split("\t"))) for r in rows[1:] if r.strip()}
+    return {r.split("\t")[0]: dict(zip(header, r.split("\t"), strict=False)) for r in rows[1:] if r.strip()}
 
 
 @pytest.fixture

@@ -39,12 +39,14 @@ class ScriptedApi:
         self.port = 0
 
     async def handle(self, request: web.Request) -> web.Response:
-        self.received.append({
-            "url": request.path,
-            "authorization": request.headers.get("Authorization"),
-            "content_type": request.headers.get("Content-Type"),
-            "json": json.loads(await request.read() or b"null"),
-        })
+        self.received.append(
+            {
+                "url": request.path,
+                "authorization": request.headers.get("Authorization"),
+                "content_type": request.headers.get("Content-Type"),
+                "json": json.loads(await request.read() or b"null"),
+            }
+        )
         status, text = self.script.pop(0) if self.script else (500, "script exhausted")
         return web.Response(status=status, text=text, content_type="application/json")
 
@@ -107,8 +109,11 @@ async def test_request_shape_and_bearer_token(api, slurm_fixture):
 
 
 async def test_get_retries_on_unavailable_then_succeeds(api, slurm_fixture):
-    api.script = [google(503, "UNAVAILABLE"), google(503, "UNAVAILABLE"),
-                  envelope(200, slurm_fixture("job_failed.json"))]
+    api.script = [
+        google(503, "UNAVAILABLE"),
+        google(503, "UNAVAILABLE"),
+        envelope(200, slurm_fixture("job_failed.json")),
+    ]
     async with make_client(api.port, Tokens()) as client:
         status = await client.get_job(8)
     assert status.state == "FAILED" and status.exit_code.return_code == 3
@@ -172,8 +177,10 @@ async def test_unauthenticated_twice_gives_up(api, slurm_fixture):
 
 
 async def test_fallback_to_accounting_and_not_found(api, slurm_fixture):
-    api.script = [envelope(404, slurm_fixture("job_unknown.json")),
-                  envelope(200, slurm_fixture("slurmdb_job_unknown.json"))]
+    api.script = [
+        envelope(404, slurm_fixture("job_unknown.json")),
+        envelope(200, slurm_fixture("slurmdb_job_unknown.json")),
+    ]
     async with make_client(api.port, Tokens()) as client:
         with pytest.raises(JobNotFoundError):
             await client.get_job(999999)

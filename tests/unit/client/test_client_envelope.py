@@ -148,8 +148,10 @@ def test_no_warning_logged_for_clean_reply(slurm_fixture, caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-@pytest.mark.parametrize(("name", "text"), [("submit_error_invalid_json.txt", "Unable to parse query."),
-                                             ("unknown_path.txt", "Unable find requested URL")])
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("submit_error_invalid_json.txt", "Unable to parse query."), ("unknown_path.txt", "Unable find requested URL")],
+)
 def test_text_plain_slurm_error_in_body_string(fixture_index, name, text):
     status = int(fixture_index[name]["http_status"])
     raw = text  # slurmrestd answered text/plain; the envelope carries it as the body string

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from airflow_provider_slurmapi.client.jobs import ExitCode, JobStatus, select_job
+from airflow_provider_slurmapi.client.jobs import JobStatus, select_job
 
 
 def _only_job(body: dict) -> dict:
@@ -73,9 +73,7 @@ def test_from_slurm_state_of_each_fixture(slurm_fixture, name, state, flags, fin
     assert status.is_success is success
 
 
-@pytest.mark.parametrize(
-    "name", ["job_running.json", "job_pending_resources.json", "job_cancelled_immediately.json"]
-)
+@pytest.mark.parametrize("name", ["job_running.json", "job_pending_resources.json", "job_cancelled_immediately.json"])
 def test_describe_shows_no_exit_code_while_the_job_is_active(slurm_fixture, name):
     # PENDING/RUNNING already read SUCCESS/0: ignore it until the job is terminal.
     raw = _only_job(slurm_fixture(name))
@@ -173,11 +171,6 @@ def test_completed_with_failed_step_is_success_with_derived_exit_7(slurm_fixture
     assert "COMPLETED" in text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG jobs.py effective_exit_code: /slurm keeps the PENDING placeholder SUCCESS/0 for a job "
-    "cancelled before it started, and describe() reports it as 'exit code 0'",
-)
 def test_cancelled_while_pending_describe_does_not_claim_exit_code_0(slurm_fixture):
     raw = _only_job(slurm_fixture("job_cancelled_pending.json"))
     assert raw["exit_code"]["status"] == ["SUCCESS"]  # the job never ran
@@ -228,8 +221,7 @@ def test_missing_state_is_unknown_and_not_finished():
 
 @pytest.mark.parametrize(
     "state",
-    ["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
-     "OUT_OF_MEMORY"],
+    ["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"],
 )
 def test_terminal_states_are_finished(state):
     status = JobStatus.from_slurm({"job_id": 1, "job_state": [state]})
@@ -335,7 +327,7 @@ def test_slurmdb_jobs_list(slurm_fixture):
     body = slurm_fixture("slurmdb_jobs_list.json")
     statuses = [JobStatus.from_slurmdb(j) for j in body["jobs"]]
     assert len(statuses) == len(body["jobs"]) > 1
-    for raw, status in zip(body["jobs"], statuses):
+    for raw, status in zip(body["jobs"], statuses, strict=True):
         assert status.state == raw["state"]["current"][0]
         assert status.job_id == str(raw["job_id"])
 

@@ -165,8 +165,11 @@ def test_cancel_purged_then_unknown_in_accounting_raises(driver):
 def test_cancel_other_status_error_raises():
     op = operations.cancel_job(PATHS, 2)
     next(op)
-    body = {"status": [{"error": {"code": 2002, "string": "Access/permission denied", "message": "denied"}}],
-            "errors": [], "warnings": []}
+    body = {
+        "status": [{"error": {"code": 2002, "string": "Access/permission denied", "message": "denied"}}],
+        "errors": [],
+        "warnings": [],
+    }
     with pytest.raises(SlurmError) as caught:
         op.send(SlurmReply(200, body))
     assert caught.value.error_numbers == [2002]
@@ -239,8 +242,7 @@ def test_submission_body_refuses_script_inside_job():
 
 
 def test_submit_job(driver):
-    job_id = driver.run(operations.submit_job(PATHS, {"name": "t"}, "#!/bin/bash\necho hi\n"),
-                        "submit_response.json")
+    job_id = driver.run(operations.submit_job(PATHS, {"name": "t"}, "#!/bin/bash\necho hi\n"), "submit_response.json")
     assert job_id == "1"
     request = driver.requests[0]
     assert (request.method, request.path) == ("POST", "/slurm/v0.0.42/job/submit")
@@ -250,14 +252,16 @@ def test_submit_job(driver):
 
 def test_submit_with_warning_returns_job_id(driver, caplog):
     with caplog.at_level(logging.WARNING):
-        job_id = driver.run(operations.submit_job(PATHS, {"bogus_field": 1}, "#!/bin/bash\n"),
-                            "submit_unknown_field.json")
+        job_id = driver.run(
+            operations.submit_job(PATHS, {"bogus_field": 1}, "#!/bin/bash\n"), "submit_unknown_field.json"
+        )
     assert job_id == "13"
     assert any("bogus_field" in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.parametrize(("name", "number"), [("submit_error_bad_partition.json", 2000),
-                                              ("submit_error_too_many_cpus.json", 2014)])
+@pytest.mark.parametrize(
+    ("name", "number"), [("submit_error_bad_partition.json", 2000), ("submit_error_too_many_cpus.json", 2014)]
+)
 def test_submit_slurm_errors(driver, name, number):
     with pytest.raises(SlurmError) as caught:
         driver.run(operations.submit_job(PATHS, {}, "#!/bin/bash\n"), name)
@@ -266,20 +270,17 @@ def test_submit_slurm_errors(driver, name, number):
 
 def test_submit_200_without_job_id_raises(driver):
     with pytest.raises(SlurmError):
-        driver.run(operations.submit_job(PATHS, {"minimum_nodes": "abc"}, "#!/bin/bash\n"),
-                   "submit_error_wrong_type.json")
+        driver.run(
+            operations.submit_job(PATHS, {"minimum_nodes": "abc"}, "#!/bin/bash\n"), "submit_error_wrong_type.json"
+        )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="operations.submit_job raises 'no error details' for a 200 without job_id and drops "
-    "slurmrestd's warnings, although real Slurm submits the job in that case",
-)
 def test_submit_200_without_job_id_error_explains_why(driver, slurm_fixture):
     warning = slurm_fixture("submit_error_wrong_type.json")["warnings"][0]
     with pytest.raises(SlurmError) as caught:
-        driver.run(operations.submit_job(PATHS, {"minimum_nodes": "abc"}, "#!/bin/bash\n"),
-                   "submit_error_wrong_type.json")
+        driver.run(
+            operations.submit_job(PATHS, {"minimum_nodes": "abc"}, "#!/bin/bash\n"), "submit_error_wrong_type.json"
+        )
     assert "minimum_nodes" in str(caught.value) or warning["description"] in str(caught.value)
 
 

@@ -13,7 +13,16 @@ PATHS = SlurmPaths("v0.0.42")
 
 @pytest.mark.parametrize(
     ("job_id", "text"),
-    [(123, "123"), ("123", "123"), ("123_4", "123_4"), ("123+1", "123+1"), (1, "1"), (4294967294, "4294967294")],
+    [
+        (123, "123"),
+        ("123", "123"),
+        ("123_4", "123_4"),
+        ("123_0", "123_0"),
+        ("123+1", "123+1"),
+        ("123+0", "123+0"),
+        (1, "1"),
+        (4294967294, "4294967294"),
+    ],
 )
 def test_job_ids_accepted(job_id, text):
     assert validate_job_id(job_id) == text
@@ -23,8 +32,30 @@ def test_job_ids_accepted(job_id, text):
 
 @pytest.mark.parametrize(
     "job_id",
-    ["abc", "1/../2", "1?x=1", "", None, True, False, -1, "0", 0, "1 2", "12#", "1%2F2", "../1", "1;2", 1.5,
-     "1_", "_1", "1+", "1\n2", b"12", [1]],
+    [
+        "abc",
+        "1/../2",
+        "1?x=1",
+        "",
+        None,
+        True,
+        False,
+        -1,
+        "0",
+        0,
+        "1 2",
+        "12#",
+        "1%2F2",
+        "../1",
+        "1;2",
+        1.5,
+        "1_",
+        "_1",
+        "1+",
+        "1\n2",
+        b"12",
+        [1],
+    ],
 )
 def test_job_ids_refused(job_id):
     with pytest.raises(InvalidRequestError) as caught:
@@ -118,6 +149,24 @@ def test_cluster_ref_refuses_unsafe_values(field, bad):
     with pytest.raises(InvalidRequestError) as caught:
         ClusterRef(**values)
     assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("field", "suffix"),
+    [(f, s) for f in ("project_id", "region", "cluster_id") for s in ("/x", "/../other", "?alt=1", "?", "/", "#frag")]
+    + [("region", ":run"), ("cluster_id", ":run")],  # domain-scoped project IDs legitimately contain ':'
+)
+def test_cluster_ref_refuses_valid_looking_values_with_a_path_or_query(field, suffix):
+    values = {"project_id": "my-project", "region": "us-central1", "cluster_id": "my-cluster"}
+    values[field] += suffix
+    with pytest.raises(InvalidRequestError) as caught:
+        ClusterRef(**values)
+    assert caught.value.field == field
+
+
+def test_cluster_ref_accepts_domain_scoped_project():
+    ref = ClusterRef("example.com:my-project", "us-central1", "c1")
+    assert "/projects/example.com:my-project/" in ref.url
 
 
 @pytest.mark.parametrize("endpoint", ["ftp://x", "us-central1-aiplatform.googleapis.com", "//x"])

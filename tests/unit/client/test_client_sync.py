@@ -112,8 +112,11 @@ def test_request_shape(api, slurm_fixture):
 
 
 def test_get_retries_on_unavailable_then_succeeds(api, slurm_fixture):
-    api.script = [google(503, "UNAVAILABLE"), google(503, "UNAVAILABLE"),
-                  envelope(200, slurm_fixture("job_completed.json"))]
+    api.script = [
+        google(503, "UNAVAILABLE"),
+        google(503, "UNAVAILABLE"),
+        envelope(200, slurm_fixture("job_completed.json")),
+    ]
     status = make_client(api.port).get_job(1)
     assert status.state == "COMPLETED" and status.is_success
     assert len(api.received) == 3
@@ -121,8 +124,11 @@ def test_get_retries_on_unavailable_then_succeeds(api, slurm_fixture):
 
 
 def test_get_retries_on_429_and_non_json_502(api, slurm_fixture):
-    api.script = [google(429, "RESOURCE_EXHAUSTED"), (502, "<html>Bad Gateway</html>"),
-                  envelope(200, slurm_fixture("job_running.json"))]
+    api.script = [
+        google(429, "RESOURCE_EXHAUSTED"),
+        (502, "<html>Bad Gateway</html>"),
+        envelope(200, slurm_fixture("job_running.json")),
+    ]
     assert make_client(api.port).get_job(1).state == "RUNNING"
     assert len(api.received) == 3
 
@@ -177,16 +183,20 @@ def test_slurm_error_is_not_retried(api, slurm_fixture):
 
 
 def test_get_job_falls_back_to_accounting_over_the_wire(api, slurm_fixture):
-    api.script = [envelope(404, slurm_fixture("job_purged.json")),
-                  envelope(200, slurm_fixture("slurmdb_job_completed.json"))]
+    api.script = [
+        envelope(404, slurm_fixture("job_purged.json")),
+        envelope(200, slurm_fixture("slurmdb_job_completed.json")),
+    ]
     status = make_client(api.port).get_job(1)
     assert status.source == "slurmdb" and status.is_success
     assert api.calls == [("GET", "/slurm/v0.0.42/job/1"), ("GET", "/slurmdb/v0.0.42/job/1")]
 
 
 def test_unknown_job_over_the_wire(api, slurm_fixture):
-    api.script = [envelope(200, slurm_fixture("delete_unknown.json")),
-                  envelope(200, slurm_fixture("slurmdb_job_unknown.json"))]
+    api.script = [
+        envelope(200, slurm_fixture("delete_unknown.json")),
+        envelope(200, slurm_fixture("slurmdb_job_unknown.json")),
+    ]
     with pytest.raises(JobNotFoundError):
         make_client(api.port).cancel_job(999999)
     assert len(api.received) == 2

@@ -13,8 +13,9 @@ from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
 
 @pytest.fixture(scope="module")
 def emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
-    config = EmulatorConfig(seconds_per_minute=1.5, min_job_age=2.0, kill_wait=1.0,
-                            state_dir=tmp_path_factory.mktemp("emu-state"))
+    config = EmulatorConfig(
+        seconds_per_minute=1.5, min_job_age=2.0, kill_wait=1.0, state_dir=tmp_path_factory.mktemp("emu-state")
+    )
     with Emulator(config) as emulator:
         yield emulator
 

@@ -17,8 +17,7 @@ TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
 
 
 def call_url(base: str, project: str = PROJECT, region: str = REGION, cluster: str = CLUSTER) -> str:
-    return (f"{base}/v1beta1/projects/{project}/locations/{region}/"
-            f"modelDevelopmentClusters/{cluster}:callSlurmRestApi")
+    return f"{base}/v1beta1/projects/{project}/locations/{region}/modelDevelopmentClusters/{cluster}:callSlurmRestApi"
 
 
 def load_fixture(name: str) -> Any:
@@ -48,7 +47,8 @@ class Api:
         return envelope["status"], reply
 
     def submit(self, script: str, **job: Any) -> int:
-        desc = {"name": "t", "current_working_directory": "/tmp", "environment": ["PATH=/bin:/usr/bin"]}
+        """Submit and return the job id; pass current_working_directory (a test's tmp dir)."""
+        desc = {"name": "t", "environment": ["PATH=/bin:/usr/bin"]}
         desc.update(job)
         status, reply = self.call("POST", "/slurm/v0.0.42/job/submit", {"job": desc, "script": script})
         assert status == 200 and reply["errors"] == [], reply

@@ -22,8 +22,9 @@ PING = {"method": "HTTP_METHOD_GET", "path": "/slurm/v0.0.42/ping"}
 
 @pytest.fixture(scope="module")
 def gemu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
-    config = EmulatorConfig(token_lifetime=1, denied_principals=(DENIED,),
-                            key_file=tmp_path_factory.mktemp("key") / "key.json")
+    config = EmulatorConfig(
+        token_lifetime=1, denied_principals=(DENIED,), key_file=tmp_path_factory.mktemp("key") / "key.json"
+    )
     with Emulator(config) as emulator:
         yield emulator
 
@@ -40,7 +41,8 @@ def test_google_auth_service_account_can_call_the_api(gemu: Emulator) -> None:
     assert key["type"] == "service_account" and key["token_uri"] == gemu.url + "/token"
     assert key["client_email"] == "emulator@test-project.iam.gserviceaccount.com"
     credentials = service_account.Credentials.from_service_account_file(
-        str(gemu.key_file), scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        str(gemu.key_file), scopes=["https://www.googleapis.com/auth/cloud-platform"]
+    )
     session = AuthorizedSession(credentials)
     response = session.post(call_url(gemu.url), json=PING, timeout=10)
     assert response.status_code == 200, response.text
@@ -56,7 +58,8 @@ def test_token_endpoint_rejects_a_forged_assertion(gemu: Emulator, tmp_path: Pat
     forged = json.loads((tmp_path / "other.json").read_text())
     forged["token_uri"] = gemu.url + "/token"
     credentials = service_account.Credentials.from_service_account_info(
-        forged, scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        forged, scopes=["https://www.googleapis.com/auth/cloud-platform"]
+    )
     from google.auth.exceptions import RefreshError
     from google.auth.transport.requests import Request
 
@@ -69,34 +72,44 @@ def test_expired_and_missing_tokens_are_unauthenticated(gemu: Emulator) -> None:
     ok = requests.post(call_url(gemu.url), json=PING, headers={"Authorization": f"Bearer {token}"}, timeout=10)
     assert ok.status_code == 200
     time.sleep(1.1)  # token_lifetime=1
-    expired = requests.post(call_url(gemu.url), json=PING, headers={"Authorization": f"Bearer {token}"},
-                            timeout=10)
+    expired = requests.post(call_url(gemu.url), json=PING, headers={"Authorization": f"Bearer {token}"}, timeout=10)
     _error(expired, 401, "UNAUTHENTICATED")
     _error(requests.post(call_url(gemu.url), json=PING, timeout=10), 401, "UNAUTHENTICATED")
-    _error(requests.post(call_url(gemu.url), json=PING, headers={"Authorization": "Bearer junk"}, timeout=10),
-           401, "UNAUTHENTICATED")
+    _error(
+        requests.post(call_url(gemu.url), json=PING, headers={"Authorization": "Bearer junk"}, timeout=10),
+        401,
+        "UNAUTHENTICATED",
+    )
 
 
 def test_denied_principal_unknown_cluster_bad_path_and_size(gemu: Emulator) -> None:
-    denied = requests.post(call_url(gemu.url), json=PING, timeout=10,
-                           headers={"Authorization": f"Bearer {gemu.issue_token(DENIED, lifetime=60)}"})
+    denied = requests.post(
+        call_url(gemu.url),
+        json=PING,
+        timeout=10,
+        headers={"Authorization": f"Bearer {gemu.issue_token(DENIED, lifetime=60)}"},
+    )
     assert "modelDevelopmentClusters.run" in _error(denied, 403, "PERMISSION_DENIED")
 
     headers = {"Authorization": f"Bearer {gemu.issue_token(lifetime=60)}"}
     unknown = requests.post(call_url(gemu.url, cluster="nosuch"), json=PING, headers=headers, timeout=10)
     assert "nosuch" in _error(unknown, 404, "NOT_FOUND")
 
-    for bad in ({"method": "HTTP_METHOD_GET", "path": "/etc/passwd"},
-                {"method": "HTTP_METHOD_GET", "path": "/slurm/v0.0.42/nosuch"},
-                {"method": "HTTP_METHOD_GET", "path": "/slurm/v0.0.39/jobs"},
-                {"method": "GET", "path": "/slurm/v0.0.42/ping"}):
+    for bad in (
+        {"method": "HTTP_METHOD_GET", "path": "/etc/passwd"},
+        {"method": "HTTP_METHOD_GET", "path": "/slurm/v0.0.42/nosuch"},
+        {"method": "HTTP_METHOD_GET", "path": "/slurm/v0.0.39/jobs"},
+        {"method": "GET", "path": "/slurm/v0.0.42/ping"},
+    ):
         response = requests.post(call_url(gemu.url), json=bad, headers=headers, timeout=10)
         _error(response, 400, "INVALID_ARGUMENT")
 
-    big = {"method": "HTTP_METHOD_POST", "path": "/slurm/v0.0.42/job/submit",
-           "body": {"job": {}, "script": "#" * (1024 * 1024)}}
-    message = _error(requests.post(call_url(gemu.url), json=big, headers=headers, timeout=10),
-                     400, "INVALID_ARGUMENT")
+    big = {
+        "method": "HTTP_METHOD_POST",
+        "path": "/slurm/v0.0.42/job/submit",
+        "body": {"job": {}, "script": "#" * (1024 * 1024)},
+    }
+    message = _error(requests.post(call_url(gemu.url), json=big, headers=headers, timeout=10), 400, "INVALID_ARGUMENT")
     assert "1048576" in message
 
 
@@ -123,8 +136,20 @@ def test_key_file_is_reused(tmp_path: Path) -> None:
 
 def test_cli_config_and_banner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURM_JOB_API_EMULATOR_MIN_JOB_AGE", "5")
-    config = config_from_args(["--port", "0", "--cluster", "a", "--cluster", "b",
-                               "--key-file", str(tmp_path / "k.json"), "--reply-shape", "body"])
+    config = config_from_args(
+        [
+            "--port",
+            "0",
+            "--cluster",
+            "a",
+            "--cluster",
+            "b",
+            "--key-file",
+            str(tmp_path / "k.json"),
+            "--reply-shape",
+            "body",
+        ]
+    )
     assert config.clusters == (("test-project", "us-central1", "a"), ("test-project", "us-central1", "b"))
     assert config.min_job_age == 5.0 and config.reply_shape == "body"
     with Emulator(config) as emu:

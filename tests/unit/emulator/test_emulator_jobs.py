@@ -11,9 +11,14 @@ SUBMIT = "/slurm/v0.0.42/job/submit"
 
 
 def test_submit_runs_and_completes_with_env_and_cwd(api: Api, workdir: Path) -> None:
-    script = "#!/bin/bash\necho \"foo=$FOO\"\npwd\necho \"id=$SLURM_JOB_ID name=$SLURM_JOB_NAME\"\n"
-    job_id = api.submit(script, name="envjob", current_working_directory=str(workdir),
-                        environment=["PATH=/bin:/usr/bin", "FOO=hello world"], comment="my comment")
+    script = '#!/bin/bash\necho "foo=$FOO"\npwd\necho "id=$SLURM_JOB_ID name=$SLURM_JOB_NAME"\n'
+    job_id = api.submit(
+        script,
+        name="envjob",
+        current_working_directory=str(workdir),
+        environment=["PATH=/bin:/usr/bin", "FOO=hello world"],
+        comment="my comment",
+    )
     job = api.wait(job_id)
     assert job["job_state"] == ["COMPLETED"]
     assert job["exit_code"]["status"] == ["SUCCESS"]
@@ -124,8 +129,7 @@ def test_finished_job_leaves_queue_and_stays_in_slurmdb(api: Api, workdir: Path)
 
 
 def test_srun_step_failure_sets_derived_exit_code(api: Api, workdir: Path) -> None:
-    job_id = api.submit("#!/bin/bash\nsrun -n 1 bash -c 'exit 7'\nexit 0\n",
-                        current_working_directory=str(workdir))
+    job_id = api.submit("#!/bin/bash\nsrun -n 1 bash -c 'exit 7'\nexit 0\n", current_working_directory=str(workdir))
     job = api.wait(job_id)
     assert job["job_state"] == ["COMPLETED"]
     assert job["exit_code"]["status"] == ["SUCCESS"]
@@ -138,8 +142,9 @@ def test_srun_step_failure_sets_derived_exit_code(api: Api, workdir: Path) -> No
 
 def test_array_job(api: Api, workdir: Path) -> None:
     script = "#!/bin/bash\necho task=$SLURM_ARRAY_TASK_ID\n"
-    first = api.submit(script, array="0-3", standard_output=f"{workdir}/a-%A_%a.out",
-                       current_working_directory=str(workdir))
+    first = api.submit(
+        script, array="0-3", standard_output=f"{workdir}/a-%A_%a.out", current_working_directory=str(workdir)
+    )
     for task in range(4):
         api.wait(first + task)
     status, reply = api.call("GET", f"/slurm/v0.0.42/job/{first}")
@@ -160,8 +165,10 @@ def test_jobs_state_bulk(api: Api, workdir: Path) -> None:
     api.wait(running, {"RUNNING"})
     status, reply = api.call("GET", f"/slurm/v0.0.42/jobs/state/?job_id={done}&job_id={running}&job_id=999999")
     assert status == 200
-    assert reply["jobs"] == [{"job_id": str(done), "state": ["COMPLETED"]},
-                             {"job_id": str(running), "state": ["RUNNING"]}]
+    assert reply["jobs"] == [
+        {"job_id": str(done), "state": ["COMPLETED"]},
+        {"job_id": str(running), "state": ["RUNNING"]},
+    ]
     status, _ = api.call("GET", f"/slurm/v0.0.42/jobs/state?job_id={done},{running}")
     assert status == 400
     api.call("DELETE", f"/slurm/v0.0.42/job/{running}")
@@ -182,8 +189,11 @@ def test_jobs_list_and_ping(api: Api, workdir: Path) -> None:
 
 
 def test_begin_time_in_future_is_pending(api: Api, workdir: Path) -> None:
-    job_id = api.submit("#!/bin/bash\ntrue\n", begin_time={"set": True, "number": int(time.time()) + 3600},
-                        current_working_directory=str(workdir))
+    job_id = api.submit(
+        "#!/bin/bash\ntrue\n",
+        begin_time={"set": True, "number": int(time.time()) + 3600},
+        current_working_directory=str(workdir),
+    )
     time.sleep(0.3)
     job = api.job(job_id)
     assert job["job_state"] == ["PENDING"] and job["state_reason"] == "BeginTime"
@@ -198,8 +208,8 @@ def test_missing_cwd_fails_the_job(api: Api, workdir: Path) -> None:
     assert "does not exist" in job["state_description"]
 
 
-def test_submit_errors_and_warnings(api: Api) -> None:
-    base = {"name": "e", "current_working_directory": "/tmp", "environment": ["PATH=/bin"]}
+def test_submit_errors_and_warnings(api: Api, workdir: Path) -> None:
+    base = {"name": "e", "current_working_directory": str(workdir), "environment": ["PATH=/bin"]}
 
     def submit(job: dict[str, object], script: str | None = "#!/bin/bash\ntrue\n") -> tuple[int, dict]:
         body: dict[str, object] = {"job": job}

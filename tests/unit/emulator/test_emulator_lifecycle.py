@@ -1,0 +1,90 @@
+"""Emulator start/stop and small pure helpers."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from emulator_testkit import Api
+
+from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
+from airflow_provider_slurmapi.emulator.jobs import Job, parse_array
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie counts as gone
+
+
+def test_stop_kills_every_job_process_and_removes_temp_dirs(tmp_path: Path) -> None:
+    emu = Emulator(EmulatorConfig())
+    emu.start()
+    api = Api(emu)
+    script = f"#!/bin/bash\necho $$ > {tmp_path}/batch.pid\nsleep 60 &\necho $! > {tmp_path}/child.pid\nwait\n"
+    job_id = api.submit(script, current_working_directory=str(tmp_path))
+    api.wait(job_id, {"RUNNING"})
+    deadline = time.monotonic() + 5
+    while not (tmp_path / "child.pid").exists() or not (tmp_path / "child.pid").read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    pids = [int((tmp_path / name).read_text()) for name in ("batch.pid", "child.pid")]
+    assert all(_alive(pid) for pid in pids)
+    key_dir = Path(emu.key_file).parent  # type: ignore[arg-type]
+    emu.stop()
+    assert not any(_alive(pid) for pid in pids)
+    assert not key_dir.exists()
+
+
+def test_parse_array() -> None:
+    assert parse_array("0-3") == ([0, 1, 2, 3], 0)
+    assert parse_array("0-3%2") == ([0, 1, 2, 3], 2)
+    assert parse_array("1,3,5") == ([1, 3, 5], 0)
+    assert parse_array("0-6:3") == ([0, 3, 6], 0)
+    for bad in ("", "a-b", "3-1", "0-3%0"):
+        with pytest.raises(ValueError):
+            parse_array(bad)
+
+
+def test_filename_patterns() -> None:
+    job = Job(
+        job_id=12,
+        name="nm",
+        user_name="u",
+        user_id=1,
+        group_id=1,
+        group_name="u",
+        script="",
+        environment={},
+        cwd="/w",
+        stdout_pattern="",
+        stderr_pattern="",
+        stdin="",
+        partition="debug",
+        comment="",
+        time_limit=None,
+        hold=False,
+        submit_time=0,
+        begin_time=0,
+        array_job_id=10,
+        array_task_id=2,
+    )
+    assert job.expand("out-%j-%A_%a-%x-%u-%%.log") == "/w/out-12-10_2-nm-u-%.log"
+    assert job.expand("/abs/%j.out") == "/abs/12.out"
+
+
+def test_array_throttle_limits_running_tasks(tmp_path: Path) -> None:
+    with Emulator(EmulatorConfig(state_dir=tmp_path / "state")) as emu:
+        api = Api(emu)
+        first = api.submit("#!/bin/bash\nsleep 30\n", array="0-2%2", current_working_directory=str(tmp_path))
+        api.wait(first + 1, {"RUNNING"})
+        time.sleep(0.4)
+        states = [api.job(first + i) for i in range(3)]
+        assert [s["job_state"][0] for s in states] == ["RUNNING", "RUNNING", "PENDING"]
+        assert states[2]["state_reason"] == "JobArrayTaskLimit"
+        status, reply = api.call("DELETE", f"/slurm/v0.0.42/job/{first}")
+        assert (status, reply["status"]) == (200, [])
+        assert all(api.wait(first + i)["job_state"] == ["CANCELLED"] for i in range(3))
