@@ -19,7 +19,8 @@ from airflow_provider_slurmapi.client.errors import (
     SlurmErrorDetail,
 )
 from airflow_provider_slurmapi.client.jobs import JobStatus, select_job
-from airflow_provider_slurmapi.client.paths import SlurmPaths, validate_job_id
+from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION, SlurmPaths, validate_job_id
+from airflow_provider_slurmapi.client.validation import validate_job_description
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +34,9 @@ ERROR_INVALID_JOB_ID = 2017
 ERROR_ALREADY_COMPLETING = 2021
 
 
-def submission_body(job: dict[str, Any], script: str) -> dict[str, Any]:
-    """The submit request body, with the defaults real slurmrestd needs filled in."""
+def submission_body(job: dict[str, Any], script: str, api_version: str = DEFAULT_API_VERSION) -> dict[str, Any]:
+    """The submit request body, checked against the version's schema, with the defaults real
+    slurmrestd needs filled in. An ``environment`` dict becomes Slurm's ``["K=V", ...]`` list."""
     if not isinstance(job, dict):
         raise InvalidRequestError("job", f"must be a dict (a Slurm job description), got {type(job).__name__}")
     if not isinstance(script, str) or not script.strip():
@@ -44,13 +46,16 @@ def submission_body(job: dict[str, Any], script: str) -> dict[str, Any]:
     if "script" in job:
         raise InvalidRequestError("job.script", "pass the batch script as `script`, not inside `job`")
     job = dict(job)
+    if isinstance(job.get("environment"), dict):
+        job["environment"] = [f"{key}={value}" for key, value in job["environment"].items()]
     job.setdefault("environment", list(DEFAULT_ENVIRONMENT))
     job.setdefault("current_working_directory", DEFAULT_WORKING_DIRECTORY)
+    validate_job_description(job, api_version)
     return {"job": job, "script": script}
 
 
 def submit_job(paths: SlurmPaths, job: dict[str, Any], script: str) -> Operation:
-    reply = yield SlurmRequest("POST", paths.submit(), submission_body(job, script))
+    reply = yield SlurmRequest("POST", paths.submit(), submission_body(job, script, paths.api_version))
     job_id = reply.body.get("job_id")
     if job_id is None:
         # Real slurmrestd does this when it coerced a bad field: the job may exist without an ID.

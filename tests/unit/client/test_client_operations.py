@@ -253,7 +253,7 @@ def test_submit_job(driver):
 def test_submit_with_warning_returns_job_id(driver, caplog):
     with caplog.at_level(logging.WARNING):
         job_id = driver.run(
-            operations.submit_job(PATHS, {"bogus_field": 1}, "#!/bin/bash\n"), "submit_unknown_field.json"
+            operations.submit_job(PATHS, {"name": "x"}, "#!/bin/bash\n"), "submit_unknown_field.json"
         )
     assert job_id == "13"
     assert any("bogus_field" in r.getMessage() for r in caplog.records)
@@ -271,7 +271,7 @@ def test_submit_slurm_errors(driver, name, number):
 def test_submit_200_without_job_id_raises(driver):
     with pytest.raises(SlurmError):
         driver.run(
-            operations.submit_job(PATHS, {"minimum_nodes": "abc"}, "#!/bin/bash\n"), "submit_error_wrong_type.json"
+            operations.submit_job(PATHS, {"name": "x"}, "#!/bin/bash\n"), "submit_error_wrong_type.json"
         )
 
 
@@ -279,7 +279,7 @@ def test_submit_200_without_job_id_error_explains_why(driver, slurm_fixture):
     warning = slurm_fixture("submit_error_wrong_type.json")["warnings"][0]
     with pytest.raises(SlurmError) as caught:
         driver.run(
-            operations.submit_job(PATHS, {"minimum_nodes": "abc"}, "#!/bin/bash\n"), "submit_error_wrong_type.json"
+            operations.submit_job(PATHS, {"name": "x"}, "#!/bin/bash\n"), "submit_error_wrong_type.json"
         )
     assert "minimum_nodes" in str(caught.value) or warning["description"] in str(caught.value)
 
@@ -307,3 +307,25 @@ def test_call_returns_the_reply_body(driver, slurm_fixture):
 def test_ping(driver, slurm_fixture):
     assert driver.run(operations.ping(PATHS), "ping.json") == slurm_fixture("ping.json")
     assert driver.calls == [("GET", "/slurm/v0.0.42/ping")]
+
+
+@pytest.mark.parametrize(
+    ("job", "field"),
+    [
+        ({"minimum_nodes": "abc"}, "job.minimum_nodes"),  # real slurmrestd coerces it with a warning
+        ({"bogus_field": 1}, "job.bogus_field"),  # real slurmrestd drops it with a warning
+        ({"time_limit": "five"}, "job.time_limit"),
+        ({"flags": ["NOT_A_FLAG"]}, "job.flags[0]"),
+    ],
+)
+def test_submit_refuses_bad_fields_before_sending(driver, job, field):
+    with pytest.raises(InvalidRequestError) as caught:
+        driver.run(operations.submit_job(PATHS, job, "#!/bin/bash\n"), "submit_response.json")
+    assert caught.value.field == field
+    assert driver.calls == []
+
+
+def test_submit_accepts_lenient_forms_real_slurm_accepts():
+    body = operations.submission_body({"time_limit": 5, "environment": {"A": "1"}}, "#!/bin/bash\n")
+    assert body["job"]["time_limit"] == 5
+    assert body["job"]["environment"] == ["A=1"]
