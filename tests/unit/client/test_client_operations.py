@@ -252,9 +252,7 @@ def test_submit_job(driver):
 
 def test_submit_with_warning_returns_job_id(driver, caplog):
     with caplog.at_level(logging.WARNING):
-        job_id = driver.run(
-            operations.submit_job(PATHS, {"name": "x"}, "#!/bin/bash\n"), "submit_unknown_field.json"
-        )
+        job_id = driver.run(operations.submit_job(PATHS, {"name": "x"}, "#!/bin/bash\n"), "submit_unknown_field.json")
     assert job_id == "13"
     assert any("bogus_field" in r.getMessage() for r in caplog.records)
 
@@ -270,17 +268,13 @@ def test_submit_slurm_errors(driver, name, number):
 
 def test_submit_200_without_job_id_raises(driver):
     with pytest.raises(SlurmError):
-        driver.run(
-            operations.submit_job(PATHS, {"name": "x"}, "#!/bin/bash\n"), "submit_error_wrong_type.json"
-        )
+        driver.run(operations.submit_job(PATHS, {"name": "x"}, "#!/bin/bash\n"), "submit_error_wrong_type.json")
 
 
 def test_submit_200_without_job_id_error_explains_why(driver, slurm_fixture):
     warning = slurm_fixture("submit_error_wrong_type.json")["warnings"][0]
     with pytest.raises(SlurmError) as caught:
-        driver.run(
-            operations.submit_job(PATHS, {"name": "x"}, "#!/bin/bash\n"), "submit_error_wrong_type.json"
-        )
+        driver.run(operations.submit_job(PATHS, {"name": "x"}, "#!/bin/bash\n"), "submit_error_wrong_type.json")
     assert "minimum_nodes" in str(caught.value) or warning["description"] in str(caught.value)
 
 

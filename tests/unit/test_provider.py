@@ -1,0 +1,62 @@
+"""Provider metadata and the DAG-parsing import path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from airflow_provider_slurmapi.get_provider_info import CONN_FIELDS, get_provider_info
+from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
+
+HEAVY = ("google", "aiohttp", "requests", "jsonschema")
+
+
+def test_operator_and_sensor_imports_stay_light() -> None:
+    """DAG files import these at every parse: no HTTP, Google or schema library may come along."""
+    code = (
+        "import sys, json, airflow.sdk\n"
+        "before = set(sys.modules)\n"
+        "import airflow_provider_slurmapi.operators.job, airflow_provider_slurmapi.sensors.job\n"
+        "print(json.dumps(sorted(set(sys.modules) - before)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    added = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "airflow_provider_slurmapi.operators.job" in added  # the probe itself works
+    heavy = [m for m in added if m.split(".")[0] in HEAVY or m.startswith("airflow.providers.google")]
+    assert heavy == []
+
+
+def test_connection_type_declares_every_field() -> None:
+    info = get_provider_info()
+    assert info["package-name"] == "airflow-provider-slurmapi"
+    (conn,) = info["connection-types"]
+    assert conn["connection-type"] == SlurmJobApiHook.conn_type == "slurm_job_api"
+    assert conn["hook-class-name"].endswith(SlurmJobApiHook.__name__)
+    assert set(conn["conn-fields"]) == {
+        "project_id", "region", "cluster_id", "api_version", "endpoint",
+        "key_path", "keyfile_dict", "credential_config_file", "impersonation_chain", "scope",
+    }  # fmt: skip
+    assert conn["conn-fields"]["api_version"]["schema"]["default"] == "v0.0.42"
+    assert conn["conn-fields"]["keyfile_dict"]["schema"]["format"] == "password"
+
+
+def test_airflow_cli_lists_provider_hook_and_trigger(tmp_path) -> None:
+    airflow = str(__import__("pathlib").Path(sys.executable).with_name("airflow"))
+    env = {"AIRFLOW_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    listed = {
+        what: subprocess.run([airflow, "providers", what], env=env, capture_output=True, text=True).stdout
+        for what in ("list", "hooks", "triggers")
+    }
+    assert "airflow-provider-slurmapi" in listed["list"]
+    assert "slurm_job_api" in listed["hooks"] and "SlurmJobApiHook" in listed["hooks"]
+    assert "airflow_provider_slurmapi.triggers.job" in listed["triggers"]
+
+
+def test_classic_form_widgets_cover_conn_fields() -> None:
+    """Airflow 2.x builds its form from these (wtforms is present there)."""
+    import pytest
+
+    pytest.importorskip("wtforms")
+    pytest.importorskip("flask_appbuilder")
+    assert set(SlurmJobApiHook.get_connection_form_widgets()) == set(CONN_FIELDS)
