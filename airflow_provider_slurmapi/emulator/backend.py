@@ -719,6 +719,9 @@ class BuiltinBackend(SlurmBackend):
         except TimeoutError:
             self._stop(job, State.TIMEOUT, signal.SIGTERM, "")
             await waiter
+        except asyncio.CancelledError:  # emulator shutdown: the shielded waiter must go too
+            waiter.cancel()
+            raise
         returncode = waiter.result()
         # like proctrack, the job's end takes down whatever it left behind in its group
         self._signal_group(job, signal.SIGKILL)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.common.compat.sdk import AirflowException, BaseSensorOperator, conf
+from airflow.providers.common.compat.sdk import AirflowException, AirflowSensorTimeout, BaseSensorOperator, conf
 
 from airflow_provider_slurmapi.operators.job import DEFAULT_CONN_ID, SlurmJobApiMixin, status_from_event
 
@@ -72,6 +72,8 @@ class SlurmJobSensor(SlurmJobApiMixin, BaseSensorOperator):
         return True
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> None:
+        if event and event.get("status") == "timeout":
+            raise AirflowSensorTimeout(f"{event.get('message')} (sensor timeout {self.timeout} s)")
         status = status_from_event(event)
         if not status.is_success:
             raise AirflowException(status.describe())
