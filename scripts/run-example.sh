@@ -29,5 +29,5 @@ rc=${PIPESTATUS[0]}
 set -e
 echo
 echo "== final state of the Slurm job:"
-grep -oE "Slurm job [0-9_+]+ is [A-Z]+[^\"]*" "$WORK/dags-test.log" | tail -n 1 || echo "(no final state in the log)"
+grep -oE "Slurm job [0-9_+]+ is [A-Z]+[^[]*" "$WORK/dags-test.log" | tail -n 1 || echo "(no final state in the log)"
 exit "$rc"

@@ -74,11 +74,12 @@ class SlurmJobApiHook(GoogleBaseHook):
             or self._get_field("project_id")
             or self._get_field("project")  # a google_cloud_platform connection's key
             or self.get_credentials_and_project_id()[1]
+            or ""  # ClusterRef says which field is missing
         )
         return ClusterRef(
             project_id=project,
-            region=self._overrides["region"] or self._get_field("region"),
-            cluster_id=self._overrides["cluster_id"] or self._get_field("cluster_id"),
+            region=self._overrides["region"] or self._get_field("region") or "",
+            cluster_id=self._overrides["cluster_id"] or self._get_field("cluster_id") or "",
             endpoint=self._get_field("endpoint") or None,
         )
 

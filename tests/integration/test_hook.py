@@ -141,3 +141,9 @@ def test_service_account_credentials_use_the_emulator_token_endpoint(slurm_conne
     assert credentials.service_account_email == emulator.service_account_info["client_email"]
     credentials.refresh(google.auth.transport.requests.Request())
     assert credentials.token and credentials.expiry is not None
+
+
+def test_missing_cluster_coordinates_are_named(emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_NO_REGION", connection_json(emulator, region=None))
+    with pytest.raises(InvalidRequestError, match="region: is required"):
+        SlurmJobApiHook("no_region").cluster  # noqa: B018
