@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 DEFAULT_CONN_ID = "slurm_job_api_default"
 
 
+# Templated connection and cluster arguments shared by every operator and the sensor.
+CONNECTION_TEMPLATE_FIELDS = ("project_id", "region", "cluster_id", "api_version", "impersonation_chain")
+
+
 class SlurmJobApiMixin:
     """Connection and cluster arguments shared by every operator and the sensor."""
 
@@ -32,6 +36,22 @@ class SlurmJobApiMixin:
     cluster_id: str | None
     api_version: str | None
     impersonation_chain: str | Sequence[str] | None
+
+    def set_connection_arguments(
+        self,
+        slurm_conn_id: str,
+        project_id: str | None,
+        region: str | None,
+        cluster_id: str | None,
+        api_version: str | None,
+        impersonation_chain: str | Sequence[str] | None,
+    ) -> None:
+        self.slurm_conn_id = slurm_conn_id
+        self.project_id = project_id
+        self.region = region
+        self.cluster_id = cluster_id
+        self.api_version = api_version
+        self.impersonation_chain = impersonation_chain
 
     @property
     def hook_kwargs(self) -> dict[str, Any]:
@@ -100,15 +120,7 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
     :param cancel_on_kill: cancel the job when the task is killed (default True).
     """
 
-    template_fields: Sequence[str] = (
-        "job",
-        "script",
-        "project_id",
-        "region",
-        "cluster_id",
-        "api_version",
-        "impersonation_chain",
-    )
+    template_fields: Sequence[str] = ("job", "script", *CONNECTION_TEMPLATE_FIELDS)
     template_ext: Sequence[str] = (".sh", ".sbatch", ".bash")
     template_fields_renderers = {"job": "json", "script": "bash"}
     ui_color = "#c7e3f4"
@@ -134,12 +146,7 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
         super().__init__(**kwargs)
         self.job = job
         self.script = script
-        self.slurm_conn_id = slurm_conn_id
-        self.project_id = project_id
-        self.region = region
-        self.cluster_id = cluster_id
-        self.api_version = api_version
-        self.impersonation_chain = impersonation_chain
+        self.set_connection_arguments(slurm_conn_id, project_id, region, cluster_id, api_version, impersonation_chain)
         self.wait_for_completion = wait_for_completion
         self.deferrable = deferrable
         self.poll_interval = poll_interval
@@ -206,15 +213,7 @@ class SlurmCancelJobOperator(SlurmJobApiMixin, BaseOperator):
     :param timeout: seconds to wait for the job to stop.
     """
 
-    template_fields: Sequence[str] = (
-        "job_id",
-        "signal",
-        "project_id",
-        "region",
-        "cluster_id",
-        "api_version",
-        "impersonation_chain",
-    )
+    template_fields: Sequence[str] = ("job_id", "signal", *CONNECTION_TEMPLATE_FIELDS)
     ui_color = "#f4d6c7"
 
     def __init__(
@@ -236,12 +235,7 @@ class SlurmCancelJobOperator(SlurmJobApiMixin, BaseOperator):
         super().__init__(**kwargs)
         self.job_id = job_id
         self.signal = signal
-        self.slurm_conn_id = slurm_conn_id
-        self.project_id = project_id
-        self.region = region
-        self.cluster_id = cluster_id
-        self.api_version = api_version
-        self.impersonation_chain = impersonation_chain
+        self.set_connection_arguments(slurm_conn_id, project_id, region, cluster_id, api_version, impersonation_chain)
         self.wait_for_completion = wait_for_completion
         self.poll_interval = poll_interval
         self.timeout = timeout

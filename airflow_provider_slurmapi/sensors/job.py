@@ -7,7 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowSensorTimeout, BaseSensorOperator, conf
 
-from airflow_provider_slurmapi.operators.job import DEFAULT_CONN_ID, SlurmJobApiMixin, status_from_event
+from airflow_provider_slurmapi.operators.job import (
+    CONNECTION_TEMPLATE_FIELDS,
+    DEFAULT_CONN_ID,
+    SlurmJobApiMixin,
+    status_from_event,
+)
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
@@ -21,14 +26,7 @@ class SlurmJobSensor(SlurmJobApiMixin, BaseSensorOperator):
     :param deferrable: wait in the triggerer; default from ``[operators] default_deferrable``.
     """
 
-    template_fields: Sequence[str] = (
-        "job_id",
-        "project_id",
-        "region",
-        "cluster_id",
-        "api_version",
-        "impersonation_chain",
-    )
+    template_fields: Sequence[str] = ("job_id", *CONNECTION_TEMPLATE_FIELDS)
     ui_color = "#c7f4d6"
 
     def __init__(
@@ -46,12 +44,7 @@ class SlurmJobSensor(SlurmJobApiMixin, BaseSensorOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.job_id = job_id
-        self.slurm_conn_id = slurm_conn_id
-        self.project_id = project_id
-        self.region = region
-        self.cluster_id = cluster_id
-        self.api_version = api_version
-        self.impersonation_chain = impersonation_chain
+        self.set_connection_arguments(slurm_conn_id, project_id, region, cluster_id, api_version, impersonation_chain)
         self.deferrable = deferrable
 
     def execute(self, context: Context) -> Any:
