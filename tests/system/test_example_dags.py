@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -120,3 +121,18 @@ def test_job_cancelled_outside_fails_the_task(airflow_env: dict[str, str], monke
     log = output(result)
     assert cancelled, "the job never ran"
     assert f"Slurm job {cancelled[0]} is CANCELLED" in log, log[-5000:]
+
+
+def test_connection_stored_in_the_metadata_database(airflow_env: dict[str, str]) -> None:
+    """Most users keep connections in the database: the trigger must find it in `dags test` too."""
+    extra = json.loads(airflow_env["AIRFLOW_CONN_SLURM_JOB_API_DEFAULT"])["extra"]
+    added = subprocess.run(
+        [AIRFLOW, "connections", "add", "slurm_job_api_default", "--conn-type", "slurm_job_api",
+         "--conn-extra", json.dumps(extra)],
+        env=airflow_env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    env = {k: v for k, v in airflow_env.items() if k != "AIRFLOW_CONN_SLURM_JOB_API_DEFAULT"}
+    result = dags_test(env, "example_slurm_submit_job")
+    assert result.returncode == 0, output(result)[-5000:]
+    assert "is COMPLETED; exit code 0" in output(result)
