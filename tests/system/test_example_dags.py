@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -70,7 +71,8 @@ def test_submit_job_exit_3_fails_the_task(airflow_env: dict[str, str]) -> None:
     result = dags_test(airflow_env, "example_slurm_submit_job", "-c", '{"exit_code": 3, "epochs": 1}')
     log = output(result)
     assert result.returncode != 0 or "failed" in log.lower(), log[-5000:]
-    assert "is FAILED" in log and "exit code 3" in log, log[-5000:]
+    # The task's own error names the state, the reason and the exit code.
+    assert re.search(r"AirflowException: Slurm job \d+ is FAILED(; reason: \w+)?; exit code 3", log), log[-5000:]
 
 
 def test_worker_waiting_mode(airflow_env: dict[str, str]) -> None:
@@ -120,7 +122,7 @@ def test_job_cancelled_outside_fails_the_task(airflow_env: dict[str, str], monke
     canceller.join()
     log = output(result)
     assert cancelled, "the job never ran"
-    assert f"Slurm job {cancelled[0]} is CANCELLED" in log, log[-5000:]
+    assert f"AirflowException: Slurm job {cancelled[0]} is CANCELLED" in log, log[-5000:]
 
 
 def test_connection_stored_in_the_metadata_database(airflow_env: dict[str, str]) -> None:
