@@ -263,8 +263,11 @@ class BuiltinBackend(SlurmBackend):
         # let the run tasks reap their (now killed) processes, so nothing is left as a zombie
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=5)
-        for task in list(self._tasks):
+        pending = [task for task in [self._scheduler, *self._tasks] if task is not None]
+        for task in pending:
             task.cancel()
+        # wait for the cancellations, so no task is left pending when the loop stops
+        await asyncio.gather(*pending, return_exceptions=True)
 
     async def handle(self, request: SlurmRequest) -> SlurmAnswer:
         match = _PATH.match(request.path)
