@@ -151,7 +151,7 @@ def test_missing_cluster_coordinates_are_named(emulator, monkeypatch: pytest.Mon
 
 def test_job_array_is_watched_until_every_task_ends(slurm_connection: str) -> None:
     hook = SlurmJobApiHook(slurm_connection)
-    job_id = hook.submit_job({**JOB, "array": "0-3"}, script('sleep 1; exit $(( SLURM_ARRAY_TASK_ID == 2 ? 5 : 0 ))'))
+    job_id = hook.submit_job({**JOB, "array": "0-3"}, script("sleep 1; exit $(( SLURM_ARRAY_TASK_ID == 2 ? 5 : 0 ))"))
     status = hook.wait_for_job(job_id, poll_interval=0.5, timeout=60)
     assert status.job_id == job_id
     assert sorted(status.extra["tasks"]) == [f"{job_id}_{i}" for i in range(4)]
