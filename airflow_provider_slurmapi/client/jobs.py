@@ -11,24 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-ACTIVE_STATES = frozenset(
-    {
-        "PENDING",
-        "RUNNING",
-        "SUSPENDED",
-        "COMPLETING",
-        "CONFIGURING",
-        "REQUEUED",
-        "RESIZING",
-        "SIGNALING",
-        "STAGE_OUT",
-        "STOPPED",
-        "RESV_DEL_HOLD",
-        "REQUEUE_FED",
-        "REQUEUE_HOLD",
-        "SPECIAL_EXIT",
-    }
-)
+# Every other state (PENDING, RUNNING, COMPLETING, a state added by a newer Slurm...) is active.
 FINISHED_STATES = frozenset(
     {
         "COMPLETED",

@@ -114,13 +114,13 @@ class SlurmJobApiHook(GoogleBaseHook):
             if (status.state, status.reason) != last:
                 self.log.info("%s", status.describe())
                 last = (status.state, status.reason)
-            if deadline is not None and time.monotonic() + poll_interval > deadline:
+            pause = poll_interval
+            if deadline is not None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError(f"Slurm job {job_id} did not finish within {timeout} s: {status.describe()}")
-                time.sleep(remaining)
-                continue
-            time.sleep(poll_interval)
+                pause = min(poll_interval, remaining)
+            time.sleep(pause)
 
     def list_jobs(self) -> list[JobStatus]:
         return self.client.list_jobs()

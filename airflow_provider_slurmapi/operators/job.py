@@ -116,8 +116,9 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
     :param deferrable: wait in the triggerer instead of a worker slot; default from
         ``[operators] default_deferrable``.
     :param poll_interval: seconds between status reads.
-    :param timeout: seconds to wait for the job; then it is cancelled and the task fails.
-    :param cancel_on_kill: cancel the job when the task is killed (default True).
+    :param timeout: seconds to wait for the job; then the task fails (and the job is cancelled,
+        unless ``cancel_on_kill=False``).
+    :param cancel_on_kill: cancel the job when the task is killed or times out (default True).
     """
 
     template_fields: Sequence[str] = ("job", "script", *CONNECTION_TEMPLATE_FIELDS)

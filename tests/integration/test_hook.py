@@ -37,7 +37,7 @@ def test_failed_job_reports_exit_code(slurm_connection: str) -> None:
     assert "exit code 3" in status.describe()
 
 
-def test_defaults_fill_environment_and_working_directory(slurm_connection: str, tmp_path) -> None:
+def test_defaults_fill_environment_and_working_directory(slurm_connection: str) -> None:
     hook = SlurmJobApiHook(slurm_connection)
     job_id = hook.submit_job({"name": "defaults"}, script('test -n "$PATH" && test "$(pwd)" = /tmp'))
     assert hook.wait_for_job(job_id, poll_interval=0.5, timeout=30).is_success
@@ -90,7 +90,7 @@ def test_bad_input_refused_before_sending(slurm_connection: str) -> None:
     assert len(hook.list_jobs()) == before
 
 
-def test_test_connection(slurm_connection: str, emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_test_connection(slurm_connection: str) -> None:
     ok, message = SlurmJobApiHook(slurm_connection).test_connection()
     assert ok, message
     assert CLUSTER in message

@@ -90,7 +90,7 @@ def test_job_read_back_from_accounting(airflow_env: dict[str, str]) -> None:
     assert "reading it from accounting (/slurmdb)" in output(result)
 
 
-def test_sensor_and_cancel_dag(airflow_env: dict[str, str], emulator: Emulator, monkeypatch) -> None:
+def test_sensor_and_cancel_dag(airflow_env: dict[str, str], monkeypatch) -> None:
     result = dags_test(airflow_env, "example_slurm_sensor_and_cancel")
     assert result.returncode == 0, output(result)[-5000:]
     monkeypatch.setenv("AIRFLOW_CONN_SLURM_JOB_API_DEFAULT", airflow_env["AIRFLOW_CONN_SLURM_JOB_API_DEFAULT"])

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import socket
 
 import aiohttp
 import pytest
 from aiohttp import web
+from scripted_api import FAST, URL_PATH, cluster_at, envelope, free_port, google
 
 from airflow_provider_slurmapi.client.aio import AsyncSlurmJobApiClient
-from airflow_provider_slurmapi.client.cluster import ClusterRef
 from airflow_provider_slurmapi.client.errors import (
     JobNotFoundError,
     PermissionDeniedError,
@@ -19,17 +18,6 @@ from airflow_provider_slurmapi.client.errors import (
     UnavailableError,
 )
 from airflow_provider_slurmapi.client.retry import RetryPolicy
-
-FAST = RetryPolicy(max_attempts=3, initial_wait=0.001, max_wait=0.005, max_elapsed=10)
-URL_PATH = "/v1beta1/projects/my-project/locations/us-central1/modelDevelopmentClusters/c1:callSlurmRestApi"
-
-
-def envelope(status: int, body: dict) -> tuple[int, str]:
-    return 200, json.dumps({"status": status, "structuredBody": body})
-
-
-def google(code: int, status: str) -> tuple[int, str]:
-    return code, json.dumps({"error": {"code": code, "message": f"{status} from test", "status": status}})
 
 
 class ScriptedApi:
@@ -84,14 +72,7 @@ class Tokens:
 
 
 def make_client(port: int, tokens: Tokens, retry: RetryPolicy = FAST) -> AsyncSlurmJobApiClient:
-    cluster = ClusterRef("my-project", "us-central1", "c1", endpoint=f"http://127.0.0.1:{port}")
-    return AsyncSlurmJobApiClient(cluster, tokens, retry=retry, timeout=5)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return AsyncSlurmJobApiClient(cluster_at(port), tokens, retry=retry, timeout=5)
 
 
 async def test_request_shape_and_bearer_token(api, slurm_fixture):
@@ -222,9 +203,8 @@ async def test_owned_session_is_closed_on_exit(api, slurm_fixture):
 
 async def test_caller_session_is_not_closed(api, slurm_fixture):
     api.script = [envelope(200, slurm_fixture("ping.json"))]
-    cluster = ClusterRef("my-project", "us-central1", "c1", endpoint=f"http://127.0.0.1:{api.port}")
     async with aiohttp.ClientSession() as session:
-        async with AsyncSlurmJobApiClient(cluster, Tokens(), session=session, retry=FAST) as client:
+        async with AsyncSlurmJobApiClient(cluster_at(api.port), Tokens(), session=session, retry=FAST) as client:
             await client.ping()
         assert not session.closed
     assert len(api.received) == 1

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
+from scripted_api import FAST, URL_PATH, cluster_at, envelope, free_port, google
 
-from airflow_provider_slurmapi.client.cluster import ClusterRef
 from airflow_provider_slurmapi.client.errors import (
     JobNotFoundError,
     PermissionDeniedError,
@@ -22,17 +21,6 @@ from airflow_provider_slurmapi.client.errors import (
 )
 from airflow_provider_slurmapi.client.retry import RetryPolicy
 from airflow_provider_slurmapi.client.sync import SlurmJobApiClient
-
-FAST = RetryPolicy(max_attempts=3, initial_wait=0.001, max_wait=0.005, max_elapsed=10)
-URL_PATH = "/v1beta1/projects/my-project/locations/us-central1/modelDevelopmentClusters/c1:callSlurmRestApi"
-
-
-def envelope(status: int, body: dict) -> tuple[int, str]:
-    return 200, json.dumps({"status": status, "structuredBody": body})
-
-
-def google(code: int, status: str) -> tuple[int, str]:
-    return code, json.dumps({"error": {"code": code, "message": f"{status} from test", "status": status}})
 
 
 class ScriptedApi:
@@ -90,15 +78,7 @@ class CountingSession(requests.Session):
 
 
 def make_client(port: int, retry: RetryPolicy = FAST) -> SlurmJobApiClient:
-    cluster = ClusterRef("my-project", "us-central1", "c1", endpoint=f"http://127.0.0.1:{port}")
-    return SlurmJobApiClient(CountingSession(), cluster, retry=retry, timeout=5)
-
-
-def free_port() -> int:
-    """A port with nothing listening on it (connection refused)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return SlurmJobApiClient(CountingSession(), cluster_at(port), retry=retry, timeout=5)
 
 
 def test_request_shape(api, slurm_fixture):
