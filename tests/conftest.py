@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
+from tests import real_slurm as real_slurm_support
+from tests.real_slurm import RealSlurm
 
 PROJECT, REGION, CLUSTER = "test-project", "us-central1", "test-cluster"
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm-24.11.5"
@@ -55,3 +57,19 @@ def _airflow_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     home = tmp_path_factory.mktemp("airflow-home")
     os.environ.setdefault("AIRFLOW_HOME", str(home))
     os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+
+
+@pytest.fixture(scope="session")
+def real_slurm() -> Iterator[RealSlurm]:
+    """A real Slurm 24.11 + slurmrestd (see tests/real_slurm.py): mandatory in CI, else skipped."""
+    reason = real_slurm_support.unavailable_reason()
+    if reason:
+        if real_slurm_support.in_ci():
+            pytest.fail(f"the real-Slurm tests are mandatory in CI, but {reason}", pytrace=False)
+        pytest.skip(reason)
+    try:
+        slurm = real_slurm_support.bring_up()
+    except real_slurm_support.RealSlurmUnavailable as error:
+        pytest.fail(f"could not bring up the real Slurm: {error}", pytrace=False)
+    yield slurm
+    real_slurm_support.stop(slurm)

@@ -1,9 +1,10 @@
 """Backends answer the Slurm REST call that callSlurmRestApi forwards.
 
 ``SlurmBackend`` is the seam: the server validates the Google side (auth, cluster, envelope) and
-hands a ``SlurmRequest`` to a backend, which answers ``(slurmrestd HTTP status, JSON reply)``.
-``BuiltinBackend`` emulates slurmctld + slurmdbd with local processes; a backend that forwards to
-a real slurmrestd only needs to implement the same three methods.
+hands a ``SlurmRequest`` to a backend, which answers ``(slurmrestd HTTP status, reply)``.
+
+- ``BuiltinBackend`` (here) emulates slurmctld + slurmdbd with local processes.
+- ``SlurmrestdBackend`` (``slurmrestd.py``) forwards every call to a real slurmrestd.
 """
 
 from __future__ import annotations
@@ -52,7 +53,12 @@ class SlurmRequest:
     principal: str = ""
 
 
-SlurmAnswer = tuple[int, replies.Reply]
+# a JSON reply, or the text of one slurmrestd answers as text/plain (e.g. "Authentication failure")
+SlurmAnswer = tuple[int, replies.Reply | str]
+
+
+class BackendUnavailable(Exception):
+    """The backend cannot answer at all (e.g. slurmrestd is unreachable); the server says UNAVAILABLE."""
 
 
 class SlurmBackend(abc.ABC):
@@ -64,7 +70,7 @@ class SlurmBackend(abc.ABC):
 
     @abc.abstractmethod
     async def handle(self, request: SlurmRequest) -> SlurmAnswer:
-        """Answer one call with slurmrestd's HTTP status and JSON reply."""
+        """Answer one call with slurmrestd's HTTP status and reply; raise ``BackendUnavailable`` if none."""
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Called in the server's event loop before the first request."""
@@ -78,6 +84,17 @@ class SlurmBackend(abc.ABC):
 _PATH = re.compile(r"^/(slurm|slurmdb)/(v0\.0\.4[0-2])/(.*)$")
 _SLURM_ROUTES = re.compile(r"^(job/submit|job/[^/]+|jobs/?|jobs/state/?|ping/?)$")
 _SLURMDB_ROUTES = re.compile(r"^(job/[^/]+|jobs/?)$")
+
+
+def is_slurm_route(path: str) -> bool:
+    """Whether ``path`` (no query string) is a Slurm REST route the API forwards."""
+    match = _PATH.match(path)
+    if not match:
+        return False
+    routes = _SLURM_ROUTES if match.group(1) == "slurm" else _SLURMDB_ROUTES
+    return bool(routes.match(match.group(3)))
+
+
 _JOB_ID = re.compile(r"^(\d+)(?:_(\d+))?$")
 
 _PARSE_ERROR = "Query empty or not RFC7320 compliant"
@@ -242,11 +259,7 @@ class BuiltinBackend(SlurmBackend):
     # --- SlurmBackend ---------------------------------------------------------------------------
 
     def is_known_path(self, path: str) -> bool:
-        match = _PATH.match(path)
-        if not match:
-            return False
-        routes = _SLURM_ROUTES if match.group(1) == "slurm" else _SLURMDB_ROUTES
-        return bool(routes.match(match.group(3)))
+        return is_slurm_route(path)
 
     async def start(self) -> None:
         self._wake = asyncio.Event()

@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from airflow_provider_slurmapi.emulator.emulator import Emulator, EmulatorConfig
+from airflow_provider_slurmapi.emulator.emulator import BACKENDS, Emulator, EmulatorConfig
 
 ENV_PREFIX = "SLURM_JOB_API_EMULATOR_"
 DEFAULT_PROJECT, DEFAULT_REGION, DEFAULT_CLUSTER = "test-project", "us-central1", "test-cluster"
@@ -49,6 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", default=_env("STATE_DIR"))
     p.add_argument("--kill-wait", type=float, default=float(_env("KILL_WAIT", "3") or 3))
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=_env("BACKEND", "builtin"),
+        help="builtin: emulate Slurm with local processes; slurmrestd: forward to a real slurmrestd",
+    )
+    p.add_argument("--slurmrestd-url", default=_env("SLURMRESTD_URL"), help="e.g. http://slurm-head:6820")
+    p.add_argument("--slurm-user", default=_env("SLURM_USER"), help="sent as X-SLURM-USER-NAME")
+    # a token on the command line shows up in ps: prefer the environment variable
+    p.add_argument("--slurm-token", default=_env("SLURM_TOKEN"), help="Slurm JWT sent as X-SLURM-USER-TOKEN")
     return p
 
 
@@ -69,21 +79,37 @@ def _clusters(args: argparse.Namespace) -> tuple[tuple[str, str, str], ...]:
 
 
 def config_from_args(argv: Sequence[str] | None = None) -> EmulatorConfig:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.backend == "slurmrestd":
+        missing = [
+            f"--{dest.replace('_', '-')} (or {ENV_PREFIX}{dest.upper()})"
+            for dest in ("slurmrestd_url", "slurm_user", "slurm_token")
+            if not getattr(args, dest)
+        ]
+        if missing:
+            parser.error("--backend slurmrestd needs " + ", ".join(missing))
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return EmulatorConfig(
-        host=args.host,
-        port=args.port,
-        clusters=_clusters(args),
-        min_job_age=args.min_job_age,
-        seconds_per_minute=args.seconds_per_minute,
-        token_lifetime=args.token_lifetime,
-        reply_shape=args.reply_shape,
-        denied_principals=tuple(args.deny_principal or _env_list("DENY_PRINCIPAL") or ()),
-        key_file=os.path.abspath(args.key_file),
-        state_dir=args.state_dir,
-        kill_wait=args.kill_wait,
-    )
+    try:
+        return EmulatorConfig(
+            host=args.host,
+            port=args.port,
+            clusters=_clusters(args),
+            min_job_age=args.min_job_age,
+            seconds_per_minute=args.seconds_per_minute,
+            token_lifetime=args.token_lifetime,
+            reply_shape=args.reply_shape,
+            denied_principals=tuple(args.deny_principal or _env_list("DENY_PRINCIPAL") or ()),
+            key_file=os.path.abspath(args.key_file),
+            state_dir=args.state_dir,
+            kill_wait=args.kill_wait,
+            backend=args.backend,
+            slurmrestd_url=args.slurmrestd_url,
+            slurm_user=args.slurm_user,
+            slurm_token=args.slurm_token,
+        )
+    except ValueError as exc:  # e.g. a backend or URL given by environment variable, which argparse does not check
+        parser.error(str(exc))
 
 
 def describe(emu: Emulator) -> list[str]:
@@ -93,6 +119,10 @@ def describe(emu: Emulator) -> list[str]:
         f"Key file: {emu.key_file}",
         f"Service account: {emu.service_account_info['client_email']}",
     ]
+    if emu.config.backend == "slurmrestd":  # the token is a credential: never printed
+        lines.append(f"Backend: slurmrestd at {emu.config.slurmrestd_url} as user {emu.config.slurm_user}")
+    else:
+        lines.append(f"Backend: {emu.config.backend}")
     for project, region, cluster in emu.config.clusters:
         lines.append(f"Cluster: project={project} region={region} cluster={cluster}")
     project, region, cluster = emu.config.clusters[0]

@@ -6,7 +6,7 @@ import asyncio
 import shutil
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -16,6 +16,9 @@ from aiohttp import web
 from airflow_provider_slurmapi.emulator import auth
 from airflow_provider_slurmapi.emulator.backend import BuiltinBackend, SlurmBackend
 from airflow_provider_slurmapi.emulator.server import ClusterKey, ServerState, make_app
+from airflow_provider_slurmapi.emulator.slurmrestd import SlurmrestdBackend
+
+BACKENDS = ("builtin", "slurmrestd")
 
 
 @dataclass(frozen=True)
@@ -31,12 +34,41 @@ class EmulatorConfig:
     key_file: str | Path | None = None  # created if missing, reused if present
     state_dir: str | Path | None = None  # job scripts and step records (temp dir if None)
     kill_wait: float = 3.0  # seconds between SIGTERM and SIGKILL on cancel/timeout (Slurm KillWait)
+    backend: str = "builtin"  # or "slurmrestd": forward every call to a real slurmrestd
+    slurmrestd_url: str | None = None  # e.g. http://slurm-head:6820 (slurmrestd backend only)
+    slurm_user: str | None = None  # X-SLURM-USER-NAME (slurmrestd backend only)
+    slurm_token: str | None = field(default=None, repr=False)  # X-SLURM-USER-TOKEN, a Slurm JWT
 
     def __post_init__(self) -> None:
         if self.reply_shape not in ("structured", "body"):
             raise ValueError("reply_shape must be 'structured' or 'body'")
         if not self.clusters:
             raise ValueError("at least one cluster is needed")
+        if self.backend not in BACKENDS:
+            allowed = " or ".join(repr(name) for name in BACKENDS)
+            raise ValueError(f"backend must be {allowed}, not {self.backend!r}")
+        if self.backend == "slurmrestd":
+            missing = [name for name in ("slurmrestd_url", "slurm_user", "slurm_token") if not getattr(self, name)]
+            if missing:
+                raise ValueError(f"backend 'slurmrestd' needs {', '.join(missing)}")
+            if not str(self.slurmrestd_url).startswith(("http://", "https://")):
+                raise ValueError(f"slurmrestd_url must be an http(s) URL, not {self.slurmrestd_url!r}")
+
+
+def make_backend(config: EmulatorConfig, key: ClusterKey, state_dir: Path) -> SlurmBackend:
+    """The backend that answers for cluster ``key``, as ``config.backend`` chooses."""
+    if config.backend == "slurmrestd":
+        # every cluster forwards to the same slurmrestd; __post_init__ made sure these are set
+        assert config.slurmrestd_url and config.slurm_user and config.slurm_token
+        return SlurmrestdBackend(config.slurmrestd_url, config.slurm_user, config.slurm_token)
+    project, region, cluster = key
+    return BuiltinBackend(
+        cluster,
+        state_dir / project / region / cluster,
+        min_job_age=config.min_job_age,
+        seconds_per_minute=config.seconds_per_minute,
+        kill_wait=config.kill_wait,
+    )
 
 
 class Emulator:
@@ -71,14 +103,8 @@ class Emulator:
         if self._thread is not None:
             raise RuntimeError("already started")
         state_dir = self._dir(self.config.state_dir, "slurm-emulator-state-")
-        for project, region, cluster in self.config.clusters:
-            self.backends[(project, region, cluster)] = BuiltinBackend(
-                cluster,
-                state_dir / project / region / cluster,
-                min_job_age=self.config.min_job_age,
-                seconds_per_minute=self.config.seconds_per_minute,
-                kill_wait=self.config.kill_wait,
-            )
+        for key in self.config.clusters:
+            self.backends[key] = make_backend(self.config, key, state_dir)
         ready = threading.Event()
         failure: list[BaseException] = []
         self._thread = threading.Thread(

@@ -2,7 +2,8 @@
 
 It does what Google's front end does before a call reaches the cluster (bearer token, cluster
 lookup, IAM, size and argument checks, error envelopes) and wraps the backend's answer as
-``{"status": ..., "structuredBody": ...}`` (or the older ``{"status": ..., "body": "<json>"}``).
+``{"status": ..., "structuredBody": ...}`` (or the older ``{"status": ..., "body": "<json>"}``); a
+text/plain answer of slurmrestd is always ``{"status": ..., "body": "<text>"}``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from urllib.parse import parse_qs
 from aiohttp import web
 
 from airflow_provider_slurmapi.emulator import auth
-from airflow_provider_slurmapi.emulator.backend import SlurmBackend, SlurmRequest
+from airflow_provider_slurmapi.emulator.backend import BackendUnavailable, SlurmBackend, SlurmRequest
 
 log = logging.getLogger(__name__)
 
@@ -162,8 +163,14 @@ async def call_slurm_rest_api(request: web.Request) -> web.Response:
         body=body if SLURM_METHODS[method] in ("POST", "PUT", "PATCH") else None,
         principal=principal,
     )
-    status, reply = await backend.handle(slurm_request)
+    try:
+        status, reply = await backend.handle(slurm_request)
+    except BackendUnavailable as exc:
+        log.warning("%s %s %s -> unavailable: %s", principal, slurm_request.method, path, exc)
+        return google_error(503, f"The cluster {resource} is unavailable: {exc}")
     log.info("%s %s %s -> %s", principal, slurm_request.method, path, status)
+    if isinstance(reply, str):  # a text/plain answer has no structured form
+        return web.json_response({"status": status, "body": reply})
     if state.reply_shape == "body":
         return web.json_response({"status": status, "body": json.dumps(reply)})
     return web.json_response({"status": status, "structuredBody": reply})

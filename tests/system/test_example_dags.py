@@ -25,16 +25,26 @@ ROOT = Path(__file__).parents[2]
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
+@pytest.fixture(scope="module", params=["builtin", "slurmrestd"])
+def emulator(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
+    """The built-in backend, then a real Slurm 24.11 behind the emulator's slurmrestd backend."""
     work = tmp_path_factory.mktemp("emulator")
-    config = EmulatorConfig(min_job_age=1.0, key_file=work / "key.json", state_dir=work / "jobs", kill_wait=1.0)
+    common = {"key_file": work / "key.json", "state_dir": work / "jobs"}
+    if request.param == "builtin":
+        config = EmulatorConfig(min_job_age=1.0, kill_wait=1.0, **common)
+    else:
+        slurm = request.getfixturevalue("real_slurm")
+        config = EmulatorConfig(
+            backend="slurmrestd", slurmrestd_url=slurm.url, slurm_user=slurm.user, slurm_token=slurm.token, **common
+        )
     with Emulator(config) as emu:
         yield emu
 
 
 @pytest.fixture(scope="module")
-def airflow_env(emulator: Emulator, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def airflow_env(
+    request: pytest.FixtureRequest, emulator: Emulator, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, str]:
     home = tmp_path_factory.mktemp("airflow")
     dags = home / "dags"
     shutil.copytree(ROOT / "example_dags", dags)
@@ -45,6 +55,8 @@ def airflow_env(emulator: Emulator, tmp_path_factory: pytest.TempPathFactory) ->
         "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW_CONN_SLURM_JOB_API_DEFAULT": connection_json(emulator),
+        # real Slurm purges finished jobs 17-22 s after they end (MinJobAge=10), the built-in one after 1 s
+        "SLURM_TEST_READBACK_POLL": "40" if emulator.config.backend == "slurmrestd" else "5",
     }
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
     return env

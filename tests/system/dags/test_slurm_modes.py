@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
 
 from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
@@ -28,12 +29,12 @@ with DAG(
     )
 
 with DAG(dag_id="test_slurm_accounting_readback", start_date=datetime(2026, 1, 1), schedule=None):
-    # The job ends after 1 s and leaves the live queue 1 s later; the trigger's second read comes
-    # 5 s after its first, so it finds the job only in accounting.
+    # The job ends after 1 s and leaves the live queue MinJobAge later; the trigger's second read
+    # comes after that (SLURM_TEST_READBACK_POLL), so it finds the job only in accounting.
     SlurmSubmitJobOperator(
         task_id="train",
         job=JOB,
         script="#!/bin/bash\nsleep 1\n",
         deferrable=True,
-        poll_interval=5,
+        poll_interval=int(os.environ.get("SLURM_TEST_READBACK_POLL", "5")),
     )

@@ -1,0 +1,68 @@
+"""``SlurmrestdBackend``: forward every call to a real slurmrestd, as the Google API does."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+import yarl
+
+from airflow_provider_slurmapi.emulator import replies
+from airflow_provider_slurmapi.emulator.backend import (
+    BackendUnavailable,
+    SlurmAnswer,
+    SlurmBackend,
+    SlurmRequest,
+    is_slurm_route,
+)
+
+_BODY_METHODS = ("POST", "PUT", "PATCH")
+
+
+class SlurmrestdBackend(SlurmBackend):
+    """Sends each call to ``url`` as ``user`` with a JWT ``token`` (slurmrestd's auth/jwt headers)."""
+
+    def __init__(self, url: str, user: str, token: str, timeout: float = 60) -> None:
+        self.url = url.rstrip("/")
+        self.user = user
+        self.token = token
+        self.timeout = timeout
+        self._session: aiohttp.ClientSession | None = None
+
+    def is_known_path(self, path: str) -> bool:
+        # the same routes as the builtin backend, so Google-side validation does not depend on the backend
+        return is_slurm_route(path)
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def handle(self, request: SlurmRequest) -> SlurmAnswer:
+        assert self._session is not None, "start() opens the session"
+        target = self.url + request.path + (f"?{request.raw_query}" if request.raw_query else "")
+        headers = {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": self.token}
+        body = request.body if request.method in _BODY_METHODS else None
+        try:
+            # encoded=True: the query reaches slurmrestd byte for byte, as the caller wrote it
+            async with self._session.request(
+                request.method, yarl.URL(target, encoded=True), headers=headers, json=body
+            ) as response:
+                status, raw = response.status, await response.read()
+        except TimeoutError as exc:  # asyncio's timeout is the builtin TimeoutError since 3.11
+            raise BackendUnavailable(f"slurmrestd at {self.url} did not answer within {self.timeout}s") from exc
+        except aiohttp.ClientError as exc:
+            raise BackendUnavailable(f"slurmrestd at {self.url} is unreachable: {exc}") from exc
+        return status, _reply(raw.decode("utf-8", errors="replace"))
+
+
+def _reply(text: str) -> replies.Reply | str:
+    """A JSON object as a dict; anything else (slurmrestd's text/plain errors) as the text itself."""
+    try:
+        reply = json.loads(text)
+    except ValueError:
+        return text
+    return reply if isinstance(reply, dict) else text

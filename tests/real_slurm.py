@@ -1,0 +1,71 @@
+"""A real Slurm 24.11 for the tests, brought up by ``scripts/slurm-up.sh`` in a Debian chroot.
+
+In CI (``CI=true``) a machine that cannot run it fails the run with the reason; elsewhere the
+tests that need it are skipped with the reason. A Slurm that was already running is reused and
+left running; one started here is stopped at the end of the session.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SLURM_UP = ROOT / "scripts" / "slurm-up.sh"
+SLURM_DOWN = ROOT / "scripts" / "slurm-down.sh"
+CHROOT = Path(os.environ.get("SLURM_CHROOT", "/var/lib/slurm-chroot"))
+
+
+@dataclass(frozen=True)
+class RealSlurm:
+    url: str  # slurmrestd, JWT auth
+    user: str
+    token: str
+    chroot: Path
+    started_here: bool
+
+    def host_path(self, path: str) -> Path:
+        """Where a path seen by jobs (inside the chroot) is on this machine."""
+        return self.chroot / path.lstrip("/")
+
+
+class RealSlurmUnavailable(Exception):
+    pass
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def unavailable_reason() -> str | None:
+    """Why this machine cannot run a real Slurm, or None if it can."""
+    if os.geteuid() != 0:
+        return "real Slurm needs root (scripts/slurm-up.sh builds a chroot and starts daemons)"
+    if not Path("/etc/debian_version").exists():
+        return "real Slurm needs a Debian host (scripts/slurm-up.sh uses debootstrap)"
+    return None
+
+
+def bring_up() -> RealSlurm:
+    """Run slurm-up.sh (idempotent) and read the URL and token it wrote."""
+    reason = unavailable_reason()
+    if reason:
+        raise RealSlurmUnavailable(reason)
+    result = subprocess.run(["bash", str(SLURM_UP)], capture_output=True, text=True, timeout=1200)
+    if result.returncode != 0:
+        raise RealSlurmUnavailable(f"scripts/slurm-up.sh failed (rc {result.returncode}):\n{result.stderr[-3000:]}")
+    env = dict(line.split("=", 1) for line in (CHROOT / ".harness" / "env").read_text().splitlines() if "=" in line)
+    return RealSlurm(
+        url=env["SLURMRESTD_URL"],
+        user=env["SLURM_USER_NAME"],
+        token=env["SLURM_JWT"],
+        chroot=Path(env["SLURM_CHROOT"]),
+        started_here="already running" not in result.stderr,
+    )
+
+
+def stop(slurm: RealSlurm) -> None:
+    if slurm.started_here:
+        subprocess.run(["bash", str(SLURM_DOWN)], capture_output=True, text=True, timeout=300, check=False)

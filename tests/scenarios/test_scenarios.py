@@ -1,0 +1,116 @@
+"""What a user sees, on both backends: each scenario asserts the same outcome on each.
+
+The hook (the provider's own code) drives every scenario; ``cluster`` is the built-in emulator
+backend or a real Slurm 24.11 behind the emulator's slurmrestd backend.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from airflow_provider_slurmapi.client.errors import SlurmError
+from airflow_provider_slurmapi.client.jobs import ExitCode
+from tests.scenarios.conftest import Cluster
+
+pytestmark = pytest.mark.scenario
+
+
+def test_job_completes(cluster: Cluster) -> None:
+    job_id = cluster.submit("#!/bin/bash\necho hello\n")
+    status = cluster.wait(job_id)
+    assert (status.state, status.is_success) == ("COMPLETED", True)
+    assert status.exit_code == ExitCode("SUCCESS", 0, None, None)
+    assert status.describe() == f"Slurm job {job_id} is COMPLETED; exit code 0"
+
+
+def test_exit_3_fails(cluster: Cluster) -> None:
+    job_id = cluster.submit("#!/bin/bash\necho failing\nexit 3\n")
+    status = cluster.wait(job_id)
+    assert (status.state, status.reason, status.is_success) == ("FAILED", "NonZeroExitCode", False)
+    assert status.exit_code == ExitCode("ERROR", 3, None, None)
+    assert status.describe() == f"Slurm job {job_id} is FAILED; reason: NonZeroExitCode; exit code 3"
+
+
+def test_killed_by_signal(cluster: Cluster) -> None:
+    job_id = cluster.submit("#!/bin/bash\nkill -9 $$\n")
+    status = cluster.wait(job_id)
+    assert (status.state, status.reason) == ("FAILED", "RaisedSignal")
+    assert status.exit_code is not None
+    assert (status.exit_code.status, status.exit_code.signal, status.exit_code.signal_name) == ("SIGNALED", 9, "KILL")
+    assert "signal 9 (SIGKILL)" in status.describe()
+
+
+def test_cancel_running_job(cluster: Cluster) -> None:
+    job_id = cluster.submit("#!/bin/bash\nsleep 300\n")
+    assert cluster.wait_for_state(job_id, "RUNNING").state == "RUNNING"
+    assert cluster.hook.cancel_job(job_id) is True
+    status = cluster.wait(job_id)
+    assert (status.state, status.is_success) == ("CANCELLED", False)
+
+
+def test_cancel_held_job(cluster: Cluster) -> None:
+    job_id = cluster.submit("#!/bin/bash\ntrue\n", hold=True)
+    pending = cluster.hook.get_job(job_id)
+    assert (pending.state, pending.reason) == ("PENDING", "JobHeldUser")
+    assert cluster.hook.cancel_job(job_id) is True
+    status = cluster.wait(job_id)
+    assert status.state == "CANCELLED"
+    assert status.effective_exit_code is None  # it never ran: no exit code to report
+
+
+def test_cancel_finished_job(cluster: Cluster) -> None:
+    job_id = cluster.submit("#!/bin/bash\ntrue\n")
+    assert cluster.wait(job_id).state == "COMPLETED"
+    assert cluster.hook.cancel_job(job_id) is False  # nothing to cancel, and no error
+    assert cluster.hook.get_job(job_id).state == "COMPLETED"
+
+
+def test_time_limit_exceeded(cluster: Cluster) -> None:
+    job_id = cluster.submit("#!/bin/bash\nsleep 600\n", time_limit=1)
+    status = cluster.wait(job_id, timeout=300)
+    assert (status.state, status.is_success) == ("TIMEOUT", False)
+    assert status.describe().startswith(f"Slurm job {job_id} is TIMEOUT")
+
+
+def test_job_read_back_from_accounting(cluster: Cluster) -> None:
+    job_id = cluster.submit("#!/bin/bash\nexit 4\n")
+    assert cluster.wait(job_id).source == "slurm"
+    deadline = time.monotonic() + 120
+    while True:  # until the job has left the live queue (MinJobAge)
+        try:
+            cluster.hook.call("GET", f"/slurm/v0.0.42/job/{job_id}")
+        except SlurmError as error:
+            assert error.status == 404
+            break
+        assert time.monotonic() < deadline, "the job never left the live queue"
+        time.sleep(1)
+    status = cluster.hook.get_job(job_id)
+    assert (status.source, status.state, status.exit_code) == ("slurmdb", "FAILED", ExitCode("ERROR", 4, None, None))
+    assert status.describe() == f"Slurm job {job_id} is FAILED; exit code 4"
+
+
+def test_failed_step_in_successful_batch(cluster: Cluster) -> None:
+    job_id = cluster.submit("#!/bin/bash\nsrun bash -c 'exit 7'\necho after\nexit 0\n")
+    status = cluster.wait(job_id)
+    assert (status.state, status.exit_code) == ("COMPLETED", ExitCode("SUCCESS", 0, None, None))
+    assert status.derived_exit_code == ExitCode("ERROR", 7, None, None)
+    assert status.describe() == f"Slurm job {job_id} is COMPLETED; exit code 0; derived (worst step) exit code 7"
+
+
+def test_job_array_watched_to_the_end(cluster: Cluster) -> None:
+    job_id = cluster.submit("#!/bin/bash\necho task $SLURM_ARRAY_TASK_ID\nsleep 1\n", array="0-3")
+    status = cluster.wait(job_id)
+    assert (status.job_id, status.state, status.is_success) == (job_id, "COMPLETED", True)
+    assert status.extra["tasks"] == {f"{job_id}_{task}": "COMPLETED" for task in range(4)}
+
+
+def test_list_jobs(cluster: Cluster) -> None:
+    held = cluster.submit("#!/bin/bash\ntrue\n", hold=True)
+    done = cluster.submit("#!/bin/bash\ntrue\n")
+    cluster.wait(done)
+    listed = {job.job_id: job for job in cluster.hook.list_jobs()}
+    assert (listed[held].state, listed[held].reason) == ("PENDING", "JobHeldUser")
+    assert listed[done].state == "COMPLETED"
+    assert cluster.hook.cancel_job(held) is True
