@@ -174,6 +174,13 @@ class SubmitError(Exception):
         )
 
 
+IO_SETUP_SIGNAL = 53  # what real Slurm reports when the job's output file cannot be opened
+
+
+class _OutputFailure(Exception):
+    """The output files cannot be opened (e.g. their directory does not exist)."""
+
+
 class _SetupFailure(Exception):
     """The job could not be started (no working directory, output not writable...)."""
 
@@ -242,8 +249,10 @@ class BuiltinBackend(SlurmBackend):
         min_job_age: float = 30.0,
         seconds_per_minute: float = 60.0,
         kill_wait: float = 3.0,
+        sched_delay: float = 0.0,
     ) -> None:
         self.cluster = cluster
+        self.sched_delay = sched_delay
         self.state_dir = state_dir
         self.min_job_age = min_job_age
         self.seconds_per_minute = seconds_per_minute
@@ -640,6 +649,8 @@ class BuiltinBackend(SlurmBackend):
                 reason = "BeginTime"
             elif job.array_max_tasks and self._running_tasks(job.array_job_id) >= job.array_max_tasks:
                 reason = "JobArrayTaskLimit"
+            elif time.monotonic() < job.queued_at + self.sched_delay:
+                continue  # like Slurm's batch_sched_delay: PENDING, reason None, until the next pass
             if reason != "None":
                 if job.state_reason != reason:
                     job.state_reason = reason
@@ -661,7 +672,7 @@ class BuiltinBackend(SlurmBackend):
     def _job_dir(self, job: Job) -> Path:
         return self.state_dir / "jobs" / str(job.job_id)
 
-    def _prepare(self, job: Job) -> tuple[list[str], dict[str, str], int, int]:
+    def _prepare(self, job: Job) -> tuple[list[str], dict[str, str], int, int, str]:
         """Blocking setup (run in a thread): script, srun shim, environment, output files."""
         job_dir = self._job_dir(job)
         bin_dir = job_dir / "bin"
@@ -685,27 +696,38 @@ class BuiltinBackend(SlurmBackend):
             env["SLURM_ARRAY_JOB_ID"] = str(job.array_job_id)
             env["SLURM_ARRAY_TASK_ID"] = str(job.array_task_id)
 
-        if not os.path.isdir(job.cwd):
-            raise _SetupFailure(f"working directory {job.cwd} does not exist")
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         try:
             out_fd = os.open(job.expand(job.stdout_pattern), flags, 0o644)
         except OSError as exc:
-            raise _SetupFailure(f"cannot open standard_output: {exc.strerror}") from None
+            raise _OutputFailure(f"cannot open standard_output: {exc.strerror}") from None
         err_fd = out_fd
         if job.stderr_pattern:
             try:
                 err_fd = os.open(job.expand(job.stderr_pattern), flags, 0o644)
             except OSError as exc:
                 os.close(out_fd)
-                raise _SetupFailure(f"cannot open standard_error: {exc.strerror}") from None
+                raise _OutputFailure(f"cannot open standard_error: {exc.strerror}") from None
+        cwd = job.cwd
+        if not os.path.isdir(cwd):  # slurmstepd says so in the job's output and runs in /tmp
+            cwd = "/tmp"
+            os.write(
+                err_fd,
+                f"slurmstepd-node1: error: couldn't chdir to `{job.cwd}': No such file or directory: "
+                "going to /tmp instead\n".encode(),
+            )
         # honour the shebang (the kernel does it when we exec the file); no shebang -> bash
         argv = [str(script_path)] if job.script.startswith("#!") else ["/bin/bash", str(script_path)]
-        return argv, env, out_fd, err_fd
+        return argv, env, out_fd, err_fd, cwd
 
     async def _run(self, job: Job) -> None:
         try:
-            argv, env, out_fd, err_fd = await asyncio.to_thread(self._prepare, job)
+            argv, env, out_fd, err_fd, cwd = await asyncio.to_thread(self._prepare, job)
+        except _OutputFailure as exc:
+            # slurmstepd cannot connect the batch step's IO: the step dies by "signal" 53
+            log.info("job %s: %s", job.job_id, exc)
+            self._finish(job, ExitInfo(return_code=0, signal=IO_SETUP_SIGNAL), "")
+            return
         except (_SetupFailure, OSError) as exc:
             self._finish(job, ExitInfo(return_code=1), f"emulator: {exc}")
             return
@@ -714,7 +736,7 @@ class BuiltinBackend(SlurmBackend):
             stdin = os.open(job.stdin, os.O_RDONLY)
         try:
             job.process = await asyncio.create_subprocess_exec(
-                *argv, stdin=stdin, stdout=out_fd, stderr=err_fd, cwd=job.cwd, env=env, start_new_session=True
+                *argv, stdin=stdin, stdout=out_fd, stderr=err_fd, cwd=cwd, env=env, start_new_session=True
             )  # own process group, so cancel can signal all of it
         except OSError as exc:
             self._finish(job, ExitInfo(return_code=1), f"emulator: cannot start the script: {exc.strerror}")
@@ -774,7 +796,8 @@ class BuiltinBackend(SlurmBackend):
             job.exit = info
             if info.signal is not None:
                 job.state, job.state_reason = State.FAILED, "RaisedSignal"
-                job.state_description = f"RaisedSignal:{info.signal}({signal.strsignal(info.signal)})"
+                if info.signal != IO_SETUP_SIGNAL:  # real Slurm has no description for that one
+                    job.state_description = f"RaisedSignal:{info.signal}({signal.strsignal(info.signal)})"
             elif info.return_code != 0:
                 job.state, job.state_reason = State.FAILED, "NonZeroExitCode"
                 job.state_description = description

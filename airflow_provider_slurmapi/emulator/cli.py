@@ -48,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deny-principal", action="append", help="repeatable: email that gets PERMISSION_DENIED")
     p.add_argument("--state-dir", default=_env("STATE_DIR"))
     p.add_argument("--kill-wait", type=float, default=float(_env("KILL_WAIT", "3") or 3))
+    p.add_argument(
+        "--sched-delay",
+        type=float,
+        default=float(_env("SCHED_DELAY", "1") or 1),
+        help="seconds a new job stays PENDING before it starts (real Slurm: 2-4 s)",
+    )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
     p.add_argument(
         "--backend",
@@ -103,6 +109,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> EmulatorConfig:
             key_file=os.path.abspath(args.key_file),
             state_dir=args.state_dir,
             kill_wait=args.kill_wait,
+            sched_delay=args.sched_delay,
             backend=args.backend,
             slurmrestd_url=args.slurmrestd_url,
             slurm_user=args.slurm_user,

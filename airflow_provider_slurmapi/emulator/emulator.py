@@ -34,6 +34,7 @@ class EmulatorConfig:
     key_file: str | Path | None = None  # created if missing, reused if present
     state_dir: str | Path | None = None  # job scripts and step records (temp dir if None)
     kill_wait: float = 3.0  # seconds between SIGTERM and SIGKILL on cancel/timeout (Slurm KillWait)
+    sched_delay: float = 1.0  # a new job stays PENDING this long, like Slurm's next scheduler pass
     backend: str = "builtin"  # or "slurmrestd": forward every call to a real slurmrestd
     slurmrestd_url: str | None = None  # e.g. http://slurm-head:6820 (slurmrestd backend only)
     slurm_user: str | None = None  # X-SLURM-USER-NAME (slurmrestd backend only)
@@ -68,6 +69,7 @@ def make_backend(config: EmulatorConfig, key: ClusterKey, state_dir: Path) -> Sl
         min_job_age=config.min_job_age,
         seconds_per_minute=config.seconds_per_minute,
         kill_wait=config.kill_wait,
+        sched_delay=config.sched_delay,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
+import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -111,6 +112,7 @@ class Job:
     stop_reason: State | None = None  # CANCELLED or TIMEOUT once we decided to stop it
     last_change: int = 0
     ran: bool = False  # it reached RUNNING (allocated a node), even if it failed at once
+    queued_at: float = field(default_factory=time.monotonic)  # for the scheduler's start delay
     process: asyncio.subprocess.Process | None = field(default=None, repr=False)
 
     @property

@@ -13,6 +13,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,7 +69,12 @@ class Cluster:
     backend: str
     hook: SlurmJobApiHook
     recorder: Recorder
+    chroot: Path | None = None  # where real Slurm's jobs see "/", None for the built-in backend
     submitted: list[str] = field(default_factory=list)
+
+    def host_path(self, path: str) -> Path:
+        """Where a file a job wrote is, seen from here."""
+        return self.chroot / path.lstrip("/") if self.chroot else Path(path)
 
     def submit(self, script: str, **job: Any) -> str:
         desc = {"name": "scenario", "current_working_directory": "/tmp", "time_limit": 10, **job}
@@ -102,15 +108,15 @@ class Cluster:
 def _emulator_config(backend: str, request: pytest.FixtureRequest, work: Any) -> EmulatorConfig:
     common = {"key_file": work / "key.json", "state_dir": work / "jobs"}
     if backend == "builtin":
-        # the same MinJobAge as the real cluster's; a minute of time limit lasts 5 s
-        return EmulatorConfig(min_job_age=10, seconds_per_minute=5, kill_wait=1, **common)
+        # the real cluster's MinJobAge and scheduler delay; a minute of time limit lasts 5 s
+        return EmulatorConfig(min_job_age=10, sched_delay=2, seconds_per_minute=5, kill_wait=1, **common)
     slurm = request.getfixturevalue("real_slurm")
     return EmulatorConfig(
         backend="slurmrestd", slurmrestd_url=slurm.url, slurm_user=slurm.user, slurm_token=slurm.token, **common
     )
 
 
-@pytest.fixture(scope="session", params=BACKENDS)
+@pytest.fixture(scope="session", params=["builtin", pytest.param("slurmrestd", marks=pytest.mark.real_slurm)])
 def emulator_backend(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, Emulator]]:
@@ -140,7 +146,9 @@ def _hooks(emulator_backend: tuple[str, Emulator]) -> Iterator[tuple[SlurmJobApi
 def cluster(request: pytest.FixtureRequest, emulator_backend: tuple[str, Emulator], _hooks: Any) -> Iterator[Cluster]:
     hook, recorder = _hooks
     recorder.scenario = request.node.originalname.removeprefix("test_")
-    handle = Cluster(emulator_backend[0], hook, recorder)
+    backend = emulator_backend[0]
+    chroot = request.getfixturevalue("real_slurm").chroot if backend == "slurmrestd" else None
+    handle = Cluster(backend, hook, recorder, chroot)
     yield handle
     recorder.scenario = "cleanup"
     handle.cleanup()

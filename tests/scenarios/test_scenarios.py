@@ -18,11 +18,15 @@ pytestmark = pytest.mark.scenario
 
 
 def test_job_completes(cluster: Cluster) -> None:
-    job_id = cluster.submit("#!/bin/bash\necho hello\n")
+    job_id = cluster.submit("#!/bin/bash\necho hello from $SLURM_JOB_ID in $PWD\n")
+    first = cluster.hook.get_job(job_id)
+    assert (first.state, first.reason) == ("PENDING", None)  # until the scheduler's next pass
     status = cluster.wait(job_id)
     assert (status.state, status.is_success) == ("COMPLETED", True)
     assert status.exit_code == ExitCode("SUCCESS", 0, None, None)
     assert status.describe() == f"Slurm job {job_id} is COMPLETED; exit code 0"
+    output = cluster.host_path(f"/tmp/slurm-{job_id}.out").read_text()
+    assert output == f"hello from {job_id} in /tmp\n"
 
 
 def test_exit_3_fails(cluster: Cluster) -> None:
@@ -114,3 +118,17 @@ def test_list_jobs(cluster: Cluster) -> None:
     assert (listed[held].state, listed[held].reason) == ("PENDING", "JobHeldUser")
     assert listed[done].state == "COMPLETED"
     assert cluster.hook.cancel_job(held) is True
+
+
+def test_missing_working_directory(cluster: Cluster) -> None:
+    """Slurm runs the job in /tmp and says so, unless its output file cannot be opened."""
+    out = f"/tmp/scenario-nocwd-{time.time_ns()}.out"
+    runs = cluster.submit("#!/bin/bash\npwd\n", current_working_directory="/nonexistent", standard_output=out)
+    assert cluster.wait(runs).state == "COMPLETED"
+    lines = cluster.host_path(out).read_text().splitlines()
+    assert "couldn't chdir to `/nonexistent': No such file or directory: going to /tmp instead" in lines[0]
+    assert lines[-1] == "/tmp"
+    no_output = cluster.submit("#!/bin/bash\ntrue\n", current_working_directory="/nonexistent")
+    status = cluster.wait(no_output)
+    assert (status.state, status.reason) == ("FAILED", "RaisedSignal")
+    assert status.exit_code == ExitCode("SIGNALED", None, 53, "53")

@@ -25,7 +25,7 @@ ROOT = Path(__file__).parents[2]
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 
 
-@pytest.fixture(scope="module", params=["builtin", "slurmrestd"])
+@pytest.fixture(scope="module", params=["builtin", pytest.param("slurmrestd", marks=pytest.mark.real_slurm)])
 def emulator(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     """The built-in backend, then a real Slurm 24.11 behind the emulator's slurmrestd backend."""
     work = tmp_path_factory.mktemp("emulator")

@@ -3,7 +3,7 @@
 Copied as published, except that the placeholders are filled in with the emulator's cluster and
 the URL's host comes from ``SLURM_JOB_API_ENDPOINT``. Credentials are unchanged: Application
 Default Credentials, which the test points at the emulator's service-account key
-(``GOOGLE_APPLICATION_CREDENTIALS``).
+(``GOOGLE_APPLICATION_CREDENTIALS``). Kept out of the formatter so it stays as published.
 """
 
 import os
@@ -20,14 +20,14 @@ USERNAME = "testuser"
 
 # Application Default Credentials: gcloud auth application-default login, or a
 # service account for automated callers.
-credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+credentials, _ = google.auth.default(
+    scopes=["https://www.googleapis.com/auth/cloud-platform"])
 session = google.auth.transport.requests.AuthorizedSession(credentials)
 
 url = (
     f"{os.environ['SLURM_JOB_API_ENDPOINT']}/v1beta1/projects/{PROJECT_ID}"
     f"/locations/{REGION}/modelDevelopmentClusters/{CLUSTER_ID}:callSlurmRestApi"
 )
-
 
 def call_slurm(method, path, body=None):
     request = {"method": method, "path": path}
@@ -37,7 +37,6 @@ def call_slurm(method, path, body=None):
     response.raise_for_status()
     envelope = response.json()
     return envelope["status"], envelope.get("structuredBody", {})
-
 
 # Submit a job.
 status, result = call_slurm(
@@ -68,5 +67,5 @@ call_slurm("HTTP_METHOD_DELETE", f"/slurm/v0.0.42/job/{job_id}")
 print("cancelled job", job_id)
 
 # Confirm the job is cancelled.
-_, cancelled_result = call_slurm("HTTP_METHOD_GET", f"/slurm/v0.0.42/job/{job_id}")
+_, cancelled_result  = call_slurm("HTTP_METHOD_GET", f"/slurm/v0.0.42/job/{job_id}")
 print("state", cancelled_result["jobs"][0]["job_state"])

@@ -200,12 +200,22 @@ def test_begin_time_in_future_is_pending(api: Api, workdir: Path) -> None:
     api.call("DELETE", f"/slurm/v0.0.42/job/{job_id}")
 
 
-def test_missing_cwd_fails_the_job(api: Api, workdir: Path) -> None:
+def test_missing_cwd_runs_in_tmp_unless_the_output_cannot_be_opened(api: Api, workdir: Path) -> None:
+    # like slurmstepd: the default output file is under the missing directory, so the job fails
     job_id = api.submit("#!/bin/bash\ntrue\n", current_working_directory=str(workdir / "nope"))
     job = api.wait(job_id)
-    assert job["job_state"] == ["FAILED"]
-    assert job["exit_code"]["return_code"]["number"] == 1
-    assert "does not exist" in job["state_description"]
+    assert (job["job_state"], job["state_reason"]) == (["FAILED"], "RaisedSignal")
+    assert job["exit_code"]["status"] == ["SIGNALED"]
+    assert job["exit_code"]["signal"]["id"]["number"] == 53
+    # with an output file that can be opened, it runs in /tmp and says why in the output
+    out = workdir / "out.txt"
+    job_id = api.submit("#!/bin/bash\npwd\n", current_working_directory=str(workdir / "nope"), standard_output=str(out))
+    assert api.wait(job_id)["job_state"] == ["COMPLETED"]
+    assert out.read_text().splitlines() == [
+        f"slurmstepd-node1: error: couldn't chdir to `{workdir / 'nope'}': No such file or directory: "
+        "going to /tmp instead",
+        "/tmp",
+    ]
 
 
 def test_submit_errors_and_warnings(api: Api, workdir: Path) -> None:
