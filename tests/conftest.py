@@ -62,14 +62,6 @@ def _airflow_home(tmp_path_factory: pytest.TempPathFactory) -> None:
 @pytest.fixture(scope="session")
 def real_slurm() -> Iterator[RealSlurm]:
     """A real Slurm 24.11 + slurmrestd (see tests/real_slurm.py): mandatory in CI, else skipped."""
-    reason = real_slurm_support.unavailable_reason()
-    if reason:
-        if real_slurm_support.in_ci():
-            pytest.fail(f"the real-Slurm tests are mandatory in CI, but {reason}", pytrace=False)
-        pytest.skip(reason)
-    try:
-        slurm = real_slurm_support.bring_up()
-    except real_slurm_support.RealSlurmUnavailable as error:
-        pytest.fail(f"could not bring up the real Slurm: {error}", pytrace=False)
+    slurm = real_slurm_support.require()
     yield slurm
     real_slurm_support.stop(slurm)

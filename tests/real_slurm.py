@@ -12,10 +12,13 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SLURM_UP = ROOT / "scripts" / "slurm-up.sh"
 SLURM_DOWN = ROOT / "scripts" / "slurm-down.sh"
 CHROOT = Path(os.environ.get("SLURM_CHROOT", "/var/lib/slurm-chroot"))
+DEBIAN_VERSION_FILE = Path("/etc/debian_version")
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ def unavailable_reason() -> str | None:
     """Why this machine cannot run a real Slurm, or None if it can."""
     if os.geteuid() != 0:
         return "real Slurm needs root (scripts/slurm-up.sh builds a chroot and starts daemons)"
-    if not Path("/etc/debian_version").exists():
+    if not DEBIAN_VERSION_FILE.exists():
         return "real Slurm needs a Debian host (scripts/slurm-up.sh uses debootstrap)"
     return None
 
@@ -64,6 +67,19 @@ def bring_up() -> RealSlurm:
         chroot=Path(env["SLURM_CHROOT"]),
         started_here="already running" not in result.stderr,
     )
+
+
+def require() -> RealSlurm:
+    """Slurm for a test: fails in CI and skips elsewhere when this machine cannot run it."""
+    reason = unavailable_reason()
+    if reason:
+        if in_ci():
+            pytest.fail(f"the real-Slurm tests are mandatory in CI, but {reason}", pytrace=False)
+        pytest.skip(reason)
+    try:
+        return bring_up()
+    except RealSlurmUnavailable as error:
+        pytest.fail(f"could not bring up the real Slurm: {error}", pytrace=False)
 
 
 def stop(slurm: RealSlurm) -> None:

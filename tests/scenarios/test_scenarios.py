@@ -132,3 +132,47 @@ def test_missing_working_directory(cluster: Cluster) -> None:
     status = cluster.wait(no_output)
     assert (status.state, status.reason) == ("FAILED", "RaisedSignal")
     assert status.exit_code == ExitCode("SIGNALED", None, 53, "53")
+
+
+def test_submit_to_unknown_partition_names_the_cause(cluster: Cluster) -> None:
+    with pytest.raises(SlurmError) as raised:
+        cluster.submit("#!/bin/bash\ntrue\n", partition="nosuchpartition")
+    assert raised.value.status == 500
+    assert [(e.error_number, e.error) for e in raised.value.errors] == [(2000, "Invalid partition name specified")]
+    assert "Invalid partition name specified" in str(raised.value)
+
+
+def test_signal_reaches_a_running_job(cluster: Cluster) -> None:
+    out = f"/tmp/scenario-signal-{time.time_ns()}.out"
+    script = "#!/bin/bash\ntrap 'echo got USR1' USR1\nfor i in $(seq 120); do sleep 0.5; done\n"
+    job_id = cluster.submit(script, standard_output=out)
+    cluster.wait_for_state(job_id, "RUNNING")
+    time.sleep(1)  # let bash install its trap
+    assert cluster.hook.cancel_job(job_id, signal="USR1") is True
+    deadline = time.monotonic() + 30
+    while "got USR1" not in cluster.host_path(out).read_text():
+        assert time.monotonic() < deadline, "the job never got the signal"
+        time.sleep(0.5)
+    assert cluster.hook.get_job(job_id).state == "RUNNING"  # a signal is not a cancel
+    assert cluster.hook.cancel_job(job_id) is True
+    assert cluster.wait(job_id).state == "CANCELLED"
+
+
+def test_begin_time_in_the_future(cluster: Cluster) -> None:
+    job_id = cluster.submit("#!/bin/bash\ntrue\n", begin_time={"set": True, "number": int(time.time()) + 3600})
+    time.sleep(3)  # past the scheduler's first pass
+    status = cluster.hook.get_job(job_id)
+    assert (status.state, status.reason) == ("PENDING", "BeginTime")
+    assert cluster.hook.cancel_job(job_id) is True
+    assert cluster.wait(job_id).state == "CANCELLED"
+
+
+def test_bulk_state_query(cluster: Cluster) -> None:
+    done = cluster.submit("#!/bin/bash\ntrue\n")
+    held = cluster.submit("#!/bin/bash\ntrue\n", hold=True)
+    cluster.wait(done)
+    reply = cluster.hook.call("GET", f"/slurm/v0.0.42/jobs/state/?job_id={done}&job_id={held}&job_id=999999")
+    states = {job["job_id"]: job["state"] for job in reply["jobs"]}
+    assert states == {done: ["COMPLETED"], held: ["PENDING"]}  # an unknown ID is simply absent
+    assert reply["errors"] == reply["warnings"] == []
+    cluster.hook.cancel_job(held)
