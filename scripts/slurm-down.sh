@@ -21,25 +21,7 @@ exec 9>"$ROOT/.harness/lock"
 flock -w 300 9 || { echo "timed out waiting for $ROOT/.harness/lock" >&2; exit 1; }
 log() { printf '[slurm-down %s] %s\n' "$(date +%T)" "$*" >&2; }
 
-pid_of() {  # name (pid file); the process name is the same without a "-local" suffix
-  local n=${1%-local} f=$PIDDIR/$1.pid p
-  [ -s "$f" ] || return 1
-  p=$(cat "$f")
-  alive "$p" || return 1
-  [ "$(readlink /proc/"$p"/root 2>/dev/null)" = "$ROOT" ] || return 1
-  [ "$(cat /proc/"$p"/comm 2>/dev/null)" = "$n" ] || return 1
-  echo "$p"
-}
-chroot_procs() {
-  local d; for d in /proc/[0-9]*; do
-    [ "$(readlink "$d/root" 2>/dev/null)" = "$ROOT" ] && echo "${d#/proc/}"; done; return 0; }
-alive() { [ -d /proc/"$1" ] && ! grep -q '^State:[[:space:]]*Z' /proc/"$1"/status 2>/dev/null; }
-term_wait() {  # pid label
-  local p=$1 i
-  kill -TERM "$p" 2>/dev/null || return 0
-  for i in $(seq 1 100); do alive "$p" || return 0; sleep 0.1; done
-  log "$2 ($p) ignored SIGTERM for 10s, sending SIGKILL"; kill -KILL "$p" 2>/dev/null; sleep 0.2
-}
+. "$(dirname "$(readlink -f "$0")")/slurm-pids.sh"
 
 # 1. cancel jobs while slurmctld is still up
 if pid_of slurmctld >/dev/null; then

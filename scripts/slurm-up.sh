@@ -50,26 +50,11 @@ T_START=$(date +%s)
 in_root() { chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C "$@"; }
 
 # ---------------------------------------------------------------- PID helpers
-# A recorded PID is "ours" only if the process exists, is chrooted into $ROOT and has the
-# expected command name (guards against PID reuse after a reboot or crash).
-pid_of() {  # name -> prints pid if valid, returns 1 otherwise
-  local n=${1%-local} f=$PIDDIR/$1.pid p
-  [ -s "$f" ] || return 1
-  p=$(cat "$f")
-  alive "$p" || return 1
-  [ "$(readlink /proc/"$p"/root 2>/dev/null)" = "$ROOT" ] || return 1
-  [ "$(cat /proc/"$p"/comm 2>/dev/null)" = "$n" ] || return 1
-  echo "$p"
-}
-
-alive() { [ -d /proc/"$1" ] && ! grep -q '^State:[[:space:]]*Z' /proc/"$1"/status 2>/dev/null; }
+. "$(dirname "$(readlink -f "$0")")/slurm-pids.sh"
 stop_one() {
-  local n=$1 p i
-  p=$(pid_of "$n") || { rm -f "$PIDDIR/$n.pid"; return 0; }
-  kill -TERM "$p" 2>/dev/null || true
-  for i in $(seq 1 100); do alive "$p" || break; sleep 0.1; done
-  if alive "$p"; then log "$n ($p) ignored SIGTERM for 10s, sending SIGKILL"; kill -KILL "$p" 2>/dev/null || true; sleep 0.2; fi
-  rm -f "$PIDDIR/$n.pid"
+  local p
+  p=$(pid_of "$1") && term_wait "$p" "$1"
+  rm -f "$PIDDIR/$1.pid"
 }
 
 # run a daemon in the foreground inside the chroot, detached into its own session;
@@ -126,9 +111,6 @@ ROOT=$(readlink -f "$ROOT"); STATE=$ROOT/.harness; PIDDIR=$STATE/pids; LOGDIR=$S
 mkdir -p "$STATE"
 exec 9>"$STATE/lock"   # serialize concurrent slurm-up/slurm-down calls (daemons get fd 9 closed)
 flock -w 300 9 || die "timed out waiting for $STATE/lock"
-chroot_procs() {  # PIDs of every process whose root directory is the chroot
-  local d; for d in /proc/[0-9]*; do
-    [ "$(readlink "$d/root" 2>/dev/null)" = "$ROOT" ] && echo "${d#/proc/}"; done; return 0; }
 # ---------------------------------------------------------------- already running?
 if [ -d "$PIDDIR" ]; then
   running=0; total=0
