@@ -187,6 +187,9 @@ def _slurm_job_id(job: dict[str, Any]) -> str:
     array_job = _number(job.get("array_job_id"))
     if array_task is not None and array_job:
         return f"{array_job}_{array_task}"
+    if array_job and job.get("array_task_string"):
+        # the array's meta record: the tasks not started yet, named like squeue does ("86_[2-3]")
+        return f"{array_job}_[{job['array_task_string']}]"
     het_offset = _number(job.get("het_job_offset"))
     het_job = _number(job.get("het_job_id"))
     if het_job and het_offset is not None and het_job != job.get("job_id"):
@@ -199,6 +202,9 @@ def _slurmdb_job_id(job: dict[str, Any]) -> str:
     task = _number(array.get("task_id")) if isinstance(array, dict) else None
     if task is not None and array.get("job_id"):
         return f"{array['job_id']}_{task}"
+    if isinstance(array, dict) and array.get("job_id") and array.get("task"):
+        # the meta record: accounting gives its pending tasks as a hex bitmap ("0xC" = tasks 2-3)
+        return f"{array['job_id']}_[{_mask_to_ranges(str(array['task']), array)}]"
     het = job.get("het") or {}
     offset = _number(het.get("job_offset")) if isinstance(het, dict) else None
     if offset is not None and het.get("job_id"):
@@ -206,15 +212,61 @@ def _slurmdb_job_id(job: dict[str, Any]) -> str:
     return str(job.get("job_id"))
 
 
+def _mask_to_ranges(mask: str, array: dict[str, Any]) -> str:
+    """Accounting's task bitmap as the live queue's ``array_task_string`` ("0xE", limit 1 -> "1-3%1")."""
+    try:
+        bits = int(mask, 16)
+    except ValueError:
+        return mask
+    runs: list[list[int]] = []
+    for task in range(bits.bit_length()):
+        if bits >> task & 1:
+            if runs and runs[-1][1] == task - 1:
+                runs[-1][1] = task
+            else:
+                runs.append([task, task])
+    text = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    limits = array.get("limits")
+    limit = limits.get("max", {}).get("running", {}).get("tasks") if isinstance(limits, dict) else None
+    return f"{text}%{limit}" if isinstance(limit, int) and limit > 0 else text
+
+
+def _pending_in(meta_id: str, job_id: str) -> bool:
+    """Whether task ``ARRAY_TASK`` is among those of the meta record ``ARRAY_[spec]``."""
+    array, _, task = job_id.partition("_")
+    if not (meta_id.startswith(f"{array}_[") and meta_id.endswith("]") and task.isdigit()):
+        return False
+    spec = meta_id[len(array) + 2 : -1].partition("%")[0]
+    try:
+        for part in spec.split(","):
+            first, _, rest = part.partition("-")
+            last, _, step = rest.partition(":")
+            if int(first) <= int(task) <= int(last or first) and (int(task) - int(first)) % int(step or 1) == 0:
+                return True
+    except ValueError:
+        return True  # a range we cannot read: the meta record is still the best answer
+    return False
+
+
 def select_job(job_id: str, jobs: list[JobStatus]) -> JobStatus | None:
     """The status of ``job_id`` in a reply, or None.
 
-    Asking for an array's ID returns all of its tasks: the array counts as active while any task
-    is, and as successful only when every task is.
+    Asking for an array's ID returns all of its records: each task that started, under its own
+    job ID, and while some have not, the array's meta record that stands for them (``86_[2-3]``,
+    listed first by Slurm, so the array reads PENDING with the reason they wait for). The array
+    counts as active while any record is, and as successful only when every task is. Asking for
+    one task (``86_2``) gives its record, or the meta record while that task has not started.
     """
-    exact = [job for job in jobs if job.job_id == job_id]
-    if len(jobs) <= 1 or (exact and "_" in job_id):
-        return exact[0] if exact else (jobs[0] if jobs else None)
+    if "_" in job_id:
+        exact = [job for job in jobs if job.job_id == job_id]
+        if exact:
+            return exact[0]
+        waiting = [job for job in jobs if _pending_in(job.job_id, job_id)]
+        return replace(waiting[0], job_id=job_id) if waiting else None
+    if not jobs:
+        return None
+    if len(jobs) == 1 and jobs[0].job_id == job_id:
+        return jobs[0]
     active = [job for job in jobs if job.is_active]
     failed = [job for job in jobs if job.is_finished and not job.is_success]
     lead = active[0] if active else failed[0] if failed else jobs[0]

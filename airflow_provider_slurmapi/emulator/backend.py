@@ -20,7 +20,7 @@ import re
 import shlex
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -259,6 +259,7 @@ class BuiltinBackend(SlurmBackend):
         self.kill_wait = kill_wait
         self.jobs: dict[int, Job] = {}
         self.next_job_id = 1
+        self.seq = 0  # orders records like slurmctld's lists (Job.list_seq, Job.array_seq)
         self.last_change = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake: asyncio.Event | None = None
@@ -347,26 +348,45 @@ class BuiltinBackend(SlurmBackend):
             return True
         return time.time() - job.ended_at < self.min_job_age
 
-    def _select(self, job_ref: str, *, live: bool) -> list[Job] | None:
-        """Jobs named by ``123`` (a job, or every task of array 123) or ``123_4``; None if malformed."""
+    def _parse_ref(self, job_ref: str) -> tuple[int, int | None] | None:
+        """``123`` or ``123_4`` as (job id, task id or None); None if malformed."""
         match = _JOB_ID.match(job_ref)
         if not match:
             return None
-        first, task = int(match.group(1)), match.group(2)
-        if task is not None:
-            found = [j for j in self.jobs.values() if j.array_job_id == first and j.array_task_id == int(task)]
-        else:
-            found = [j for j in self.jobs.values() if j.array_job_id == first and j.array_task_id is not None]
-            if not found and first in self.jobs:
-                found = [self.jobs[first]]
-        return [j for j in found if self._in_queue(j)] if live else found
+        return int(match.group(1)), None if match.group(2) is None else int(match.group(2))
+
+    def _records(self, job_id: int) -> list[Job]:
+        """The job, or, for an array's id, every record of the array.
+
+        In slurmctld's order: the record with the array's own id first (the meta record while
+        tasks are pending, afterwards the last task to start), then the others, newest first.
+        """
+        job = self.jobs.get(job_id)
+        if job is None or job.array_job_id != job_id:
+            return [job] if job is not None else []
+        others = [j for j in self.jobs.values() if j.array_job_id == job_id and j is not job]
+        return [job, *sorted(others, key=lambda j: j.array_seq, reverse=True)]
+
+    @staticmethod
+    def _state_order(jobs: list[Job]) -> list[Job]:
+        """The order of jobs/state and DELETE statuses: newest first, a pending meta record last."""
+        return sorted(jobs, key=lambda j: (j.is_array_meta, -j.array_seq))
+
+    def _task_record(self, array_id: int, task: int) -> Job | None:
+        """The record that holds task ``task`` of array ``array_id``: its own, or the meta record."""
+        for job in self.jobs.values():
+            if job.array_job_id == array_id and (job.array_task_id == task or task in job.pending_tasks):
+                return job
+        return None
 
     # --- /slurm routes --------------------------------------------------------------------------
 
     def _get_job(self, version: str, job_ref: str) -> SlurmAnswer:
-        jobs = self._select(job_ref, live=True)
-        if jobs is None:
+        ref = self._parse_ref(job_ref)
+        if ref is None:
             return self._bad_method("slurmctld", version, "op_handler_job")
+        # real slurmrestd ignores a task suffix here: 123_4 answers like 123 (the whole array)
+        jobs = [j for j in self._records(ref[0]) if self._in_queue(j)]
         fields: dict[str, Any] = {
             "jobs": [replies.slurm_job(j, self.cluster) for j in jobs],
             "last_backfill": replies.number(0),
@@ -388,7 +408,7 @@ class BuiltinBackend(SlurmBackend):
 
     def _list_jobs(self, version: str, request: SlurmRequest) -> SlurmAnswer:
         warnings = []
-        jobs = [j for j in sorted(self.jobs.values(), key=lambda j: j.job_id) if self._in_queue(j)]
+        jobs = [j for j in sorted(self.jobs.values(), key=lambda j: j.list_seq) if self._in_queue(j)]
         last_update = self.last_change
         since = (request.query.get("update_time") or [""])[0]
         if since.isdigit() and self.last_change <= int(since):
@@ -423,20 +443,27 @@ class BuiltinBackend(SlurmBackend):
         refs = request.query.get("job_id", [])
         if refs:
             selected: dict[int, Job] = {}
-            for ref in refs:
-                jobs = self._select(ref, live=True)
-                if jobs is None:
+            for raw in refs:
+                ref = self._parse_ref(raw)
+                if ref is None:
                     return self._bad_method("slurmctld", version, "op_handler_jobs_state")
-                selected.update((j.job_id, j) for j in jobs)
-            jobs = [selected[k] for k in sorted(selected)]
+                job_id, task = ref
+                if task is None:
+                    found = self._records(job_id)
+                else:  # the task's record; for a task not started yet, the whole meta record
+                    record = self._task_record(job_id, task)
+                    found = [record] if record is not None else []
+                # in the order asked for, like real slurmctld
+                selected.update((j.job_id, j) for j in self._state_order(found) if self._in_queue(j))
+            jobs = list(selected.values())
         else:
-            jobs = [j for j in sorted(self.jobs.values(), key=lambda j: j.job_id) if self._in_queue(j)]
-        entries = [{"job_id": j.display_id, "state": replies._state_list(j)} for j in jobs]
+            jobs = [j for j in sorted(self.jobs.values(), key=lambda j: j.list_seq) if self._in_queue(j)]
+        entries = [{"job_id": name, "state": replies._state_list(j)} for j in jobs for name in j.state_ids]
         return 200, replies.envelope("slurmctld", version, self.cluster, {"jobs": entries})
 
     def _delete_job(self, version: str, job_ref: str, request: SlurmRequest) -> SlurmAnswer:
-        jobs = self._select(job_ref, live=True)
-        if jobs is None:
+        ref = self._parse_ref(job_ref)
+        if ref is None:
             return self._bad_method("slurmctld", version, "op_handler_job")
         sig_text = (request.query.get("signal") or [""])[0].upper().removeprefix("SIG")
         sig: signal.Signals | None = None
@@ -445,43 +472,63 @@ class BuiltinBackend(SlurmBackend):
                 sig = signal.Signals(int(sig_text)) if sig_text.isdigit() else signal.Signals["SIG" + sig_text]
             except (KeyError, ValueError):
                 return self._bad_method("slurmctld", version, "op_handler_job")
+        job_id, task = ref
+        if task is None:
+            jobs = self._records(job_id)
+        else:
+            record = self._task_record(job_id, task)
+            jobs = [record] if record is not None else []
+        jobs = [j for j in jobs if self._in_queue(j)]
         if not jobs:
             status = [replies.delete_status(job_ref, None, 2017, "Invalid job id specified")]
             return 200, replies.envelope("slurmctld", version, self.cluster, {"status": status})
-        active = [j for j in jobs if not j.terminal]
         user = request.principal.split("@")[0]
-        for job in active:
-            if sig in (None, signal.SIGKILL, signal.SIGTERM):
+        cancel = sig in (None, signal.SIGKILL, signal.SIGTERM)
+        meta = jobs[0] if task is not None and jobs[0].is_array_meta and not jobs[0].terminal else None
+        if cancel and meta is not None and meta.pending_tasks != [task]:
+            # a task not started yet just leaves the meta record, without a record of its own
+            meta.pending_tasks.remove(task)
+            self._touch(meta)
+            return 200, replies.envelope("slurmctld", version, self.cluster, {"status": []})
+        status = []
+        for job in self._state_order(jobs):
+            if job.terminal:  # one entry per record already over; the others are cancelled
+                step_id = str(job.job_id) if job.array_task_id is None else f"{job.array_job_id}_{job.array_task_id}"
+                status.append(
+                    replies.delete_status(step_id, job.job_id, 2021, "Job/step already completing or completed")
+                )
+            elif cancel:
                 self._stop(job, State.CANCELLED, sig or signal.SIGTERM, user)
             elif job.state is State.RUNNING:
                 self._signal_group(job, sig)  # delivered only; the job keeps running
-        status = []
-        if not active:
-            first = jobs[0]
-            status = [
-                replies.delete_status(str(first.job_id), first.job_id, 2021, "Job/step already completing or completed")
-            ]
         return 200, replies.envelope("slurmctld", version, self.cluster, {"status": status})
 
     def _submit(self, version: str, request: SlurmRequest) -> SlurmAnswer:
         try:
-            jobs, warnings = self._new_jobs(request)
+            job, warnings = self._new_job(request)
         except SubmitError as exc:
             return _slurm_error(
                 exc.status, exc.number, exc.error, exc.description, exc.source, "slurmctld", version, self.cluster
             )
-        for job in jobs:
-            self.jobs[job.job_id] = job
-            self._touch(job)
+        self._add(job)
         self._poke()
-        fields: dict[str, Any] = {"job_id": jobs[0].job_id, "step_id": "batch", "job_submit_user_msg": ""}
+        fields: dict[str, Any] = {"job_id": job.job_id, "step_id": "batch", "job_submit_user_msg": ""}
         if any(w["description"].startswith("Expected OpenAPI type=integer") for w in warnings):
             # real slurmrestd 24.11 submits the job but leaves job_id out of the reply in this case
             # (fixture submit_error_wrong_type.json)
             fields = {}
         return 200, replies.envelope("slurmctld", version, self.cluster, fields, warnings=warnings)
 
-    def _new_jobs(self, request: SlurmRequest) -> tuple[list[Job], list[dict[str, Any]]]:
+    def _next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def _add(self, job: Job) -> None:
+        job.list_seq = job.array_seq = self._next_seq()
+        self.jobs[job.job_id] = job
+        self._touch(job)
+
+    def _new_job(self, request: SlurmRequest) -> tuple[Job, list[dict[str, Any]]]:
         body = request.body if isinstance(request.body, dict) else {}
         script = body.get("script")
         if not isinstance(script, str) or not script:
@@ -509,7 +556,8 @@ class BuiltinBackend(SlurmBackend):
                     )
                 )
         time_limit = _time_limit(desc)
-        tasks_per_node = _int_field(desc, "tasks_per_node", 1, warnings)
+        tasks = _int_field(desc, "tasks", 0, warnings) or None
+        tasks_per_node = _int_field(desc, "tasks_per_node", 0, warnings)
         cpus_per_task = _int_field(desc, "cpus_per_task", 1, warnings)
         min_nodes = _int_field(desc, "minimum_nodes", 1, warnings)
 
@@ -552,11 +600,11 @@ class BuiltinBackend(SlurmBackend):
             raise SubmitError(
                 500, 2000, "Invalid partition name specified", "Batch job submission failed", "slurm_submit_batch_job()"
             )
-        tasks: list[int | None] = [None]
+        array_tasks: list[int] = []
         max_running = 0
         if desc.get("array"):
             try:
-                parsed, max_running = parse_array(str(desc["array"]))
+                array_tasks, max_running = parse_array(str(desc["array"]))
             except ValueError:
                 raise SubmitError(
                     500,
@@ -565,51 +613,57 @@ class BuiltinBackend(SlurmBackend):
                     "Batch job submission failed",
                     "slurm_submit_batch_job()",
                 ) from None
-            tasks = list(parsed)
 
         user = request.principal.split("@")[0] or "emulator"
         begin = _epoch_field(desc, "begin_time")
         now = _now()
-        default_out = "slurm-%A_%a.out" if tasks != [None] else "slurm-%j.out"
-        first_id = self.next_job_id
-        jobs = []
-        for task in tasks:
-            job = Job(
-                job_id=self.next_job_id,
-                name=str(desc.get("name") or ""),
-                user_name=user,
-                user_id=os.getuid(),
-                group_id=os.getgid(),
-                group_name=user,
-                script=script,
-                environment=environment,
-                cwd=cwd,
-                stdout_pattern=str(desc.get("standard_output") or default_out),
-                stderr_pattern=str(desc.get("standard_error") or ""),
-                stdin=str(desc.get("standard_input") or "/dev/null"),
-                partition=partition,
-                comment=str(desc.get("comment") or ""),
-                time_limit=time_limit,
-                hold=bool(desc.get("hold")),
-                submit_time=now,
-                begin_time=begin if begin > now else 0,
-                tasks_per_node=tasks_per_node,
-                cpus_per_task=cpus_per_task,
-                min_nodes=min_nodes,
-                array_job_id=first_id if task is not None else 0,
-                array_task_id=task,
-                array_max_tasks=max_running,
-            )
-            self.next_job_id += 1
-            jobs.append(job)
-        return jobs, warnings
+        job_id = self.next_job_id
+        self.next_job_id += 1
+        hold = bool(desc.get("hold"))
+        job = Job(
+            job_id=job_id,
+            name=str(desc.get("name") or ""),
+            user_name=user,
+            user_id=os.getuid(),
+            group_id=os.getgid(),
+            group_name=user,
+            script=script,
+            environment=environment,
+            cwd=cwd,
+            stdout_pattern=str(desc.get("standard_output") or ("slurm-%A_%a.out" if array_tasks else "slurm-%j.out")),
+            stderr_pattern=str(desc.get("standard_error") or ""),
+            stdin=str(desc.get("standard_input") or "/dev/null"),
+            partition=partition,
+            comment=str(desc.get("comment") or ""),
+            time_limit=time_limit,
+            hold=hold,
+            submit_time=now,
+            begin_time=begin if begin > now else 0,
+            tasks=tasks,
+            tasks_per_node=tasks_per_node,
+            cpus_per_task=cpus_per_task,
+            min_nodes=min_nodes,
+            default_partition=not desc.get("partition"),
+            # real slurmctld flags held jobs and arrays DEPENDENT until their first scheduling pass
+            dependent=hold or bool(array_tasks),
+            # an array starts as one record, the meta record, holding every task (see _split_task)
+            array_job_id=job_id if array_tasks else 0,
+            array_max_tasks=max_running,
+            pending_tasks=array_tasks,
+        )
+        return job, warnings
 
     # --- /slurmdb routes ------------------------------------------------------------------------
 
     def _slurmdb_job(self, version: str, job_ref: str) -> SlurmAnswer:
-        jobs = self._select(job_ref, live=False)
-        if jobs is None:
+        ref = self._parse_ref(job_ref)
+        if ref is None:
             return self._bad_method("slurmdbd", version, "op_handler_job")
+        job_id, task = ref
+        jobs = self._records(job_id)
+        if task is not None:  # only a task that started has a row of its own
+            jobs = [j for j in jobs if j.array_job_id == job_id and j.array_task_id == task]
+        jobs.sort(key=lambda j: j.job_id)
         now = _now()
         warnings = []
         if not jobs:
@@ -640,27 +694,55 @@ class BuiltinBackend(SlurmBackend):
     def _schedule_once(self) -> None:
         now = _now()
         for job in sorted(self.jobs.values(), key=lambda j: j.job_id):
-            if job.state is not State.PENDING:
-                continue
-            reason = "None"
-            if job.hold:
-                reason = "JobHeldUser"
-            elif job.begin_time > now:
-                reason = "BeginTime"
-            elif job.array_max_tasks and self._running_tasks(job.array_job_id) >= job.array_max_tasks:
-                reason = "JobArrayTaskLimit"
-            elif time.monotonic() < job.queued_at + self.sched_delay:
-                continue  # like Slurm's batch_sched_delay: PENDING, reason None, until the next pass
-            if reason != "None":
-                if job.state_reason != reason:
-                    job.state_reason = reason
+            while job.state is State.PENDING:  # an array's meta record may start several tasks
+                past_delay = time.monotonic() >= job.queued_at + self.sched_delay
+                if job.dependent and past_delay:  # a scheduler pass clears it (real: 1.5-8 s in)
+                    job.dependent = False
                     self._touch(job)
-                continue
-            job.state, job.state_reason, job.start_time, job.ran = State.RUNNING, "None", now, True
-            self._touch(job)
-            task = asyncio.create_task(self._run(job))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+                reason = "None"
+                if job.hold:
+                    reason = "JobHeldUser"
+                elif job.begin_time > now:
+                    reason = "BeginTime"
+                elif job.array_max_tasks and self._running_tasks(job.array_job_id) >= job.array_max_tasks:
+                    reason = "JobArrayTaskLimit"
+                elif not past_delay:
+                    break  # like Slurm's batch_sched_delay: PENDING, reason None, until the next pass
+                if reason != "None":
+                    if job.state_reason != reason:
+                        job.state_reason = reason
+                        self._touch(job)
+                    break
+                self._start(self._split_task(job), now)
+
+    def _split_task(self, job: Job) -> Job:
+        """The record to start: the job itself, or for an array's meta record its next task.
+
+        Like slurmctld, a starting task is split off into a record of its own with a new job id;
+        once one task is left, the meta record becomes that task (array_task_id set), pending or
+        not, so the last task to start keeps the array's own job id.
+        """
+        if not job.is_array_meta:
+            return job
+        task = job.pending_tasks.pop(0)
+        if not job.pending_tasks:
+            job.array_task_id, job.array_seq = task, self._next_seq()
+            return job
+        record = replace(job, job_id=self.next_job_id, array_task_id=task, pending_tasks=[], steps=[])
+        self.next_job_id += 1
+        if len(job.pending_tasks) == 1:
+            job.array_task_id, job.array_seq = job.pending_tasks.pop(), self._next_seq()
+        self._add(record)
+        job.list_seq = self._next_seq()  # slurmctld re-queues the array's record after the new one
+        self._touch(job)
+        return record
+
+    def _start(self, job: Job, now: int) -> None:
+        job.state, job.state_reason, job.start_time, job.ran = State.RUNNING, "None", now, True
+        self._touch(job)
+        task = asyncio.create_task(self._run(job))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _running_tasks(self, array_job_id: int) -> int:
         return sum(
@@ -796,8 +878,8 @@ class BuiltinBackend(SlurmBackend):
             job.exit = info
             if info.signal is not None:
                 job.state, job.state_reason = State.FAILED, "RaisedSignal"
-                if info.signal != IO_SETUP_SIGNAL:  # real Slurm has no description for that one
-                    job.state_description = f"RaisedSignal:{info.signal}({signal.strsignal(info.signal)})"
+                # e.g. "RaisedSignal:53(Real-time signal 19)" for IO_SETUP_SIGNAL, as in real Slurm
+                job.state_description = f"RaisedSignal:{info.signal}({signal.strsignal(info.signal)})"
             elif info.return_code != 0:
                 job.state, job.state_reason = State.FAILED, "NonZeroExitCode"
                 job.state_description = description

@@ -92,13 +92,22 @@ class Job:
     hold: bool
     submit_time: int
     begin_time: int  # 0 = eligible at once
-    tasks_per_node: int = 1
+    tasks: int | None = None  # as requested (None: not given)
+    tasks_per_node: int = 0  # as requested (0: not given, like Slurm)
     cpus_per_task: int = 1
     min_nodes: int = 1
-    # array bookkeeping: array_job_id 0 and array_task_id None for plain jobs, like Slurm
+    default_partition: bool = True  # no partition was requested: Slurm assigned its default
+    dependent: bool = False  # Slurm's DEPENDENT flag: held jobs and arrays, until a scheduler pass
+    # array bookkeeping: array_job_id 0 and array_task_id None for plain jobs, like Slurm. An array
+    # is one record (its "meta" record, with the array's own id) until a task starts: each task is
+    # then split off into a record of its own with a new id, and the record keeps the tasks not
+    # started yet (pending_tasks) until one is left, which it then becomes (see backend._split_task).
     array_job_id: int = 0
     array_task_id: int | None = None
     array_max_tasks: int = 0
+    pending_tasks: list[int] = field(default_factory=list)
+    list_seq: int = 0  # position in slurmctld's job list (GET /jobs order)
+    array_seq: int = 0  # position among its array's records (GET /job/{array} and jobs/state order)
     state: State = State.PENDING
     state_reason: str = "None"
     state_description: str = ""
@@ -120,11 +129,49 @@ class Job:
         return self.state in TERMINAL
 
     @property
-    def display_id(self) -> str:
-        """``123`` or, for an array task, ``ARRAYID_TASK`` (how squeue and jobs/state name it)."""
+    def is_array_meta(self) -> bool:
+        """The record that stands for the array's tasks not started yet (array_task_id unset)."""
+        return self.array_job_id != 0 and self.array_task_id is None
+
+    @property
+    def state_ids(self) -> list[str]:
+        """How ``jobs/state`` names this record: ``123``, one entry per pending task of an array's
+        meta record (``ARRAYID_TASK``), and ``JOBID_TASK`` for a task record: real slurmctld uses
+        the task record's own job id there (``99_0`` for task 0 of array 98), unlike squeue."""
+        if self.is_array_meta:
+            return [f"{self.job_id}_{task}" for task in self.pending_tasks]
         if self.array_task_id is None:
-            return str(self.job_id)
-        return f"{self.array_job_id}_{self.array_task_id}"
+            return [str(self.job_id)]
+        return [f"{self.job_id}_{self.array_task_id}"]
+
+    @property
+    def array_task_string(self) -> str:
+        """The meta record's pending tasks as Slurm prints them ("2-3", "1,3,5-7", "1-3%2"), else ""."""
+        if not self.is_array_meta:
+            return ""
+        text = format_ranges(self.pending_tasks)
+        return f"{text}%{self.array_max_tasks}" if self.array_max_tasks else text
+
+    @property
+    def array_task_mask(self) -> str:
+        """The meta record's pending tasks as accounting's hex bitmap ("0xC" for tasks 2 and 3), else ""."""
+        if not self.is_array_meta:
+            return ""
+        return f"0x{sum(1 << task for task in self.pending_tasks):X}"
+
+    @property
+    def task_count(self) -> int | None:
+        """``tasks`` as slurmctld shows it: as requested, or derived from tasks_per_node; None if
+        neither was given, which reads 1 except for a job cancelled before it ran (then unset)."""
+        if self.tasks is not None:
+            return self.tasks
+        if self.tasks_per_node:
+            return self.tasks_per_node * self.min_nodes
+        return None
+
+    @property
+    def cpus(self) -> int:
+        return (self.task_count or 1) * self.cpus_per_task
 
     def expand(self, pattern: str) -> str:
         """Expand Slurm filename patterns (%j %A %a %x %u %%) and make it absolute under cwd."""
@@ -160,6 +207,20 @@ class Job:
             ):
                 worst = step.exit
         return worst
+
+
+def format_ranges(tasks: list[int]) -> str:
+    """Sorted task ids as Slurm's range string: runs as "a-b", others comma-separated."""
+    parts: list[str] = []
+    start = prev = None
+    for task in [*sorted(tasks), None]:
+        if prev is not None and task == prev + 1:
+            prev = task
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = task
+    return ",".join(parts)
 
 
 _ARRAY_PART = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")

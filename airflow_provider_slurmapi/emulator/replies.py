@@ -110,6 +110,21 @@ def _state_list(job: Job) -> list[str]:
     return [job.state.value, "COMPLETING"] if job.completing else [job.state.value]
 
 
+def job_flags(job: Job) -> list[str]:
+    """The job's ``flags``, in Slurm's order (the order of v0.0.42_job_flags in its OpenAPI spec)."""
+    flags = {
+        "EXACT_TASK_COUNT_REQUESTED": job.tasks is not None,
+        "JOB_WAS_RUNNING": job.state is State.RUNNING,
+        "USING_DEFAULT_ACCOUNT": True,
+        "USING_DEFAULT_PARTITION": job.default_partition,
+        "USING_DEFAULT_QOS": True,
+        "USING_DEFAULT_WCKEY": True,
+        "DEPENDENT": job.dependent,
+        "PARTITION_ASSIGNED": job.default_partition,
+    }
+    return [name for name, present in flags.items() if present]
+
+
 def slurm_job(job: Job, cluster: str) -> dict[str, Any]:
     """The job as ``GET /slurm/V/job/{id}`` shows it (template: a RUNNING job)."""
     out = template("slurm_job.json")
@@ -132,27 +147,28 @@ def slurm_job(job: Job, cluster: str) -> dict[str, Any]:
     out["standard_error"] = job.expand(job.stderr_pattern or job.stdout_pattern)
     out["standard_input"] = job.stdin
     out["time_limit"] = _time_limit(job)
-    out["hold"] = job.hold and job.state is State.PENDING
-    out["priority"] = number(0 if out["hold"] else 1)
+    # a held job stays held (priority 0) once cancelled; held jobs also read max_nodes 1 in 24.11
+    out["hold"] = job.hold
+    out["priority"] = number(0 if job.hold else 1)
+    out["max_nodes"] = number(1 if job.hold else 0)
     out["exit_code"] = exit_code(job.exit)
     out["derived_exit_code"] = exit_code(job.derived_exit)
-    out["flags"] = ["USING_DEFAULT_ACCOUNT", "USING_DEFAULT_QOS", "USING_DEFAULT_WCKEY"]
-    if job.state is State.RUNNING:
-        out["flags"].insert(0, "JOB_WAS_RUNNING")
-    if out["hold"]:
-        out["flags"].append("DEPENDENT")
-    cpus = job.tasks_per_node * job.cpus_per_task
-    for key in ("tasks_per_node", "tasks"):
-        out[key] = number(job.tasks_per_node)
+    out["flags"] = job_flags(job)
+    cpus = job.cpus
+    if job.task_count is None and job.terminal and not job.ran:
+        out["tasks"] = number(0, is_set=False)  # none requested and never ran (cancelled pending)
+    else:
+        out["tasks"] = number(job.task_count or 1)
+    out["tasks_per_node"] = number(job.tasks_per_node)
     out["cpus_per_task"] = number(job.cpus_per_task)
     out["cpus"] = number(cpus)
-    out["minimum_cpus_per_node"] = number(cpus)
+    out["minimum_cpus_per_node"] = number(max(job.tasks_per_node, 1) * job.cpus_per_task)
     out["tres_req_str"] = f"cpu={cpus},mem=21694M,node=1,billing={cpus}"
-    # array fields: the array job id is set (0 for plain jobs), the task id only for array tasks
+    # array fields: the array job id is set (0 for plain jobs), the task id only for task records
     out["array_job_id"] = number(job.array_job_id)
     out["array_task_id"] = number(job.array_task_id or 0, is_set=job.array_task_id is not None)
     out["array_max_tasks"] = number(job.array_max_tasks)
-    out["array_task_string"] = ""
+    out["array_task_string"] = job.array_task_string
 
     # times: epoch seconds in {set, infinite, number}; see real-slurm.md section 6
     eligible = job.begin_time or job.submit_time
@@ -221,7 +237,7 @@ def slurmdb_job(job: Job, cluster: str, now: int) -> dict[str, Any]:
     """The job as ``GET /slurmdb/V/job/{id}`` shows it (template: a COMPLETED job)."""
     out = template("slurmdb_job.json")
     ran = job.ran
-    cpus = job.tasks_per_node * job.cpus_per_task
+    cpus = job.cpus
     out["job_id"] = job.job_id
     out["name"] = job.name
     out["cluster"] = cluster
@@ -237,8 +253,8 @@ def slurmdb_job(job: Job, cluster: str, now: int) -> dict[str, Any]:
     out["stderr"] = job.stderr_pattern
     out["stderr_expanded"] = job.expand(job.stderr_pattern)
     out["stdin"] = ""
-    out["hold"] = job.hold and job.state is State.PENDING
-    out["priority"] = number(0 if out["hold"] else 1)
+    out["hold"] = job.hold  # still held once cancelled, like the live record
+    out["priority"] = number(0 if job.hold else 1)
     out["kill_request_user"] = job.kill_request_user
     out["required"]["CPUs"] = cpus
     out["state"] = {"current": [job.state.value], "reason": "None"}
@@ -246,9 +262,11 @@ def slurmdb_job(job: Job, cluster: str, now: int) -> dict[str, Any]:
     out["exit_code"] = exit_code(ExitInfo() if job.stop_reason is not None else job.exit)
     out["derived_exit_code"] = exit_code(job.derived_exit)
     out["array"]["job_id"] = job.array_job_id
-    out["array"]["limits"]["max"]["running"]["tasks"] = job.array_max_tasks
+    # accounting keeps the %N limit on the array's own record only, not on split-off tasks
+    limit = job.array_max_tasks if job.job_id == job.array_job_id else 0
+    out["array"]["limits"]["max"]["running"]["tasks"] = limit
     out["array"]["task_id"] = number(job.array_task_id or 0, is_set=job.array_task_id is not None)
-    out["array"]["task"] = ""
+    out["array"]["task"] = job.array_task_mask
     for entry in out["tres"]["allocated"] + out["tres"]["requested"]:
         if entry["type"] in ("cpu", "billing"):
             entry["count"] = cpus

@@ -104,10 +104,25 @@ def test_failed_step_in_successful_batch(cluster: Cluster) -> None:
 
 
 def test_job_array_watched_to_the_end(cluster: Cluster) -> None:
-    job_id = cluster.submit("#!/bin/bash\necho task $SLURM_ARRAY_TASK_ID\nsleep 1\n", array="0-3")
+    """Slurm keeps an array's tasks that have not started in one meta record (``ID_[1-3%1]``) and
+    splits each task off into a record of its own as it starts; the array is over with its last."""
+    job_id = cluster.submit("#!/bin/bash\necho task $SLURM_ARRAY_TASK_ID\nsleep 2\n", array="0-3%1")
+    first = cluster.hook.get_job(job_id)
+    assert (first.job_id, first.state, first.extra["tasks"]) == (job_id, "PENDING", {f"{job_id}_[0-3%1]": "PENDING"})
+    deadline = time.monotonic() + 60
+    while (partly := cluster.hook.get_job(job_id)).extra["tasks"].get(f"{job_id}_0") != "RUNNING":
+        assert time.monotonic() < deadline, f"task 0 never ran: {partly.describe()}"
+        time.sleep(0.3)
+    # one task runs (the %1 limit); the meta record of the others comes first: the array is PENDING
+    assert (partly.job_id, partly.state, partly.reason) == (job_id, "PENDING", "JobArrayTaskLimit")
+    assert partly.extra["tasks"] == {f"{job_id}_0": "RUNNING", f"{job_id}_[1-3%1]": "PENDING"}
+    waiting = cluster.hook.get_job(f"{job_id}_3")  # not started yet: read from the meta record
+    assert (waiting.job_id, waiting.state, waiting.reason) == (f"{job_id}_3", "PENDING", "JobArrayTaskLimit")
     status = cluster.wait(job_id)
     assert (status.job_id, status.state, status.is_success) == (job_id, "COMPLETED", True)
     assert status.extra["tasks"] == {f"{job_id}_{task}": "COMPLETED" for task in range(4)}
+    for task in range(4):
+        assert cluster.host_path(f"/tmp/slurm-{job_id}_{task}.out").read_text() == f"task {task}\n"
 
 
 def test_list_jobs(cluster: Cluster) -> None:

@@ -454,3 +454,72 @@ def test_select_job_single_and_empty(slurm_fixture):
     status = live(slurm_fixture, "job_running.json")
     assert select_job(status.job_id, [status]) == status
     assert select_job("1", []) is None
+
+
+# --------------------------------------------------------------------------- arrays with tasks not started
+
+# Real 24.11 (job_array_partly_pending.json, array 0-3 on 2 CPUs): the tasks that have not started
+# share one "meta" record, the array's own job id with array_task_id unset and array_task_string
+# "2-3", listed first; each task that started has a record and a job id of its own.
+
+
+def _partly_pending(slurm_fixture) -> list[JobStatus]:
+    return [JobStatus.from_slurm(job) for job in slurm_fixture("job_array_partly_pending.json")["jobs"]]
+
+
+def test_meta_record_is_named_after_the_tasks_it_holds(slurm_fixture):
+    jobs = _partly_pending(slurm_fixture)
+    assert [(job.job_id, job.state, job.reason) for job in jobs] == [
+        ("155_[2-3]", "PENDING", "Resources"),
+        ("155_1", "RUNNING", None),
+        ("155_0", "RUNNING", None),
+    ]
+
+
+def test_partly_pending_array_is_pending_with_every_task_listed(slurm_fixture):
+    merged = select_job("155", _partly_pending(slurm_fixture))
+    assert (merged.job_id, merged.state, merged.reason, merged.is_active) == ("155", "PENDING", "Resources", True)
+    assert merged.extra["tasks"] == {"155_[2-3]": "PENDING", "155_1": "RUNNING", "155_0": "RUNNING"}
+    assert merged.describe() == "Slurm job 155 is PENDING; reason: Resources"
+
+
+def test_array_before_any_task_started_keeps_the_asked_id(slurm_fixture):
+    meta = copy.deepcopy(slurm_fixture("job_array_partly_pending.json")["jobs"][0])
+    meta["array_task_string"], meta["state_reason"] = "0-3%1", "None"
+    merged = select_job("155", [JobStatus.from_slurm(meta)])
+    assert (merged.job_id, merged.state, merged.extra["tasks"]) == ("155", "PENDING", {"155_[0-3%1]": "PENDING"})
+
+
+def test_task_not_started_reads_the_meta_record(slurm_fixture):
+    # GET .../job/155_3 answers the whole array: slurmrestd ignores the task suffix
+    jobs = _partly_pending(slurm_fixture)
+    waiting = select_job("155_3", jobs)
+    assert (waiting.job_id, waiting.state, waiting.reason) == ("155_3", "PENDING", "Resources")
+    assert select_job("155_0", jobs).state == "RUNNING"
+    assert select_job("155_4", jobs) is None  # in no record here: accounting is asked next
+
+
+@pytest.mark.parametrize(
+    ("spec", "inside", "outside"),
+    [("1,3,5-7", [1, 3, 5, 7], [0, 2, 4, 8]), ("0-14:2%3", [0, 2, 14], [1, 13, 16]), ("4", [4], [3, 5])],
+)
+def test_task_ranges_of_the_meta_record(slurm_fixture, spec, inside, outside):
+    meta = copy.deepcopy(slurm_fixture("job_array_partly_pending.json")["jobs"][0])
+    meta["array_task_string"] = spec
+    jobs = [JobStatus.from_slurm(meta)]
+    assert all(select_job(f"155_{task}", jobs) is not None for task in inside)
+    assert all(select_job(f"155_{task}", jobs) is None for task in outside)
+
+
+def test_slurmdb_meta_record_reads_the_task_bitmap(slurm_fixture):
+    rows = slurm_fixture("slurmdb_job_array_partly_pending.json")["jobs"]
+    jobs = [JobStatus.from_slurmdb(row) for row in rows]
+    assert [(job.job_id, job.state) for job in jobs] == [
+        ("155_[2-3]", "PENDING"),
+        ("155_0", "RUNNING"),
+        ("155_1", "RUNNING"),
+    ]
+    assert select_job("155", jobs).extra["tasks"] == {"155_[2-3]": "PENDING", "155_0": "RUNNING", "155_1": "RUNNING"}
+    throttled = copy.deepcopy(rows[0])
+    throttled["array"]["task"], throttled["array"]["limits"]["max"]["running"]["tasks"] = "0xEA", 2
+    assert JobStatus.from_slurmdb(throttled).job_id == "155_[1,3,5-7%2]"

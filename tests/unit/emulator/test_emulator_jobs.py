@@ -82,8 +82,37 @@ def test_cancel_held_job(api: Api, workdir: Path) -> None:
     assert job["hold"] is True
     status, reply = api.call("DELETE", f"/slurm/v0.0.42/job/{job_id}")
     assert (status, reply["status"]) == (200, [])
-    assert api.job(job_id)["job_state"] == ["CANCELLED"]
+    job = api.job(job_id)
+    assert job["job_state"] == ["CANCELLED"]
+    # as in real 24.11: still held with priority 0, max_nodes 1 (held jobs), no tasks (never ran)
+    assert (job["hold"], job["priority"]["number"], job["max_nodes"]["number"]) == (True, 0, 1)
+    assert (job["tasks"]["set"], job["tasks_per_node"]["number"]) == (False, 0)
     assert api.db_job(job_id)["time"]["start"] == 4294967294
+    assert (api.db_job(job_id)["hold"], api.db_job(job_id)["priority"]["number"]) == (True, 0)
+
+
+def test_flags_and_task_counts_follow_the_request(api: Api, workdir: Path) -> None:
+    """Real 24.11: PARTITION_ASSIGNED and USING_DEFAULT_PARTITION only without a partition;
+    EXACT_TASK_COUNT_REQUESTED with tasks; tasks_per_node 0 unless given, tasks derived from it."""
+    cwd = str(workdir)
+    plain = api.wait(api.submit("#!/bin/bash\ntrue\n", current_working_directory=cwd))
+    assert plain["flags"] == [
+        "USING_DEFAULT_ACCOUNT",
+        "USING_DEFAULT_PARTITION",
+        "USING_DEFAULT_QOS",
+        "USING_DEFAULT_WCKEY",
+        "PARTITION_ASSIGNED",
+    ]
+    assert (plain["tasks"]["number"], plain["tasks_per_node"]["number"]) == (1, 0)
+    explicit = api.submit("#!/bin/bash\nsleep 30\n", partition="debug", tasks=2, current_working_directory=cwd)
+    job = api.wait(explicit, {"RUNNING"})
+    flags = ["EXACT_TASK_COUNT_REQUESTED", "JOB_WAS_RUNNING", "USING_DEFAULT_ACCOUNT", "USING_DEFAULT_QOS"]
+    assert job["flags"] == [*flags, "USING_DEFAULT_WCKEY"]
+    assert (job["tasks"]["number"], job["tasks_per_node"]["number"], job["cpus"]["number"]) == (2, 0, 2)
+    api.call("DELETE", f"/slurm/v0.0.42/job/{explicit}")
+    per_node = api.wait(api.submit("#!/bin/bash\ntrue\n", tasks_per_node=2, current_working_directory=cwd))
+    assert (per_node["tasks"]["number"], per_node["tasks_per_node"]["number"]) == (2, 2)
+    assert "EXACT_TASK_COUNT_REQUESTED" not in per_node["flags"]
 
 
 def test_signal_usr1_is_delivered_and_job_keeps_running(api: Api, workdir: Path) -> None:
@@ -141,21 +170,48 @@ def test_srun_step_failure_sets_derived_exit_code(api: Api, workdir: Path) -> No
 
 
 def test_array_job(api: Api, workdir: Path) -> None:
+    """Like slurmctld, each task that starts is split off into a record with a job id of its own;
+    the last task to start keeps the array's id."""
     script = "#!/bin/bash\necho task=$SLURM_ARRAY_TASK_ID\n"
     first = api.submit(
         script, array="0-3", standard_output=f"{workdir}/a-%A_%a.out", current_working_directory=str(workdir)
     )
-    for task in range(4):
-        api.wait(first + task)
+    for job_id in range(first, first + 4):
+        api.wait(job_id)
     status, reply = api.call("GET", f"/slurm/v0.0.42/job/{first}")
-    tasks = reply["jobs"]
-    assert [j["job_id"] for j in tasks] == [first, first + 1, first + 2, first + 3]
-    assert {j["array_job_id"]["number"] for j in tasks} == {first}
-    assert [j["array_task_id"]["number"] for j in tasks] == [0, 1, 2, 3]
-    assert all(j["job_state"] == ["COMPLETED"] for j in tasks)
+    records = reply["jobs"]
+    # the array's own record first, then the others newest first
+    assert [j["job_id"] for j in records] == [first, first + 3, first + 2, first + 1]
+    assert [j["array_task_id"]["number"] for j in records] == [3, 2, 1, 0]
+    assert {j["array_job_id"]["number"] for j in records} == {first}
+    assert all(j["job_state"] == ["COMPLETED"] and j["array_task_string"] == "" for j in records)
     for task in range(4):
         assert (workdir / f"a-{first}_{task}.out").read_text() == f"task={task}\n"
-    assert api.job(f"{first}_2")["job_id"] == first + 2
+    # a task suffix is ignored, as by real slurmrestd: the whole array
+    assert [j["job_id"] for j in api.call("GET", f"/slurm/v0.0.42/job/{first}_2")[1]["jobs"]] == [
+        first,
+        first + 3,
+        first + 2,
+        first + 1,
+    ]
+    assert api.job(first + 1)["array_task_id"]["number"] == 0  # a task's own id: that record alone
+    _, state = api.call("GET", f"/slurm/v0.0.42/jobs/state/?job_id={first}")
+    assert [e["job_id"] for e in state["jobs"]] == [f"{first + 3}_2", f"{first}_3", f"{first + 2}_1", f"{first + 1}_0"]
+    _, db = api.call("GET", f"/slurmdb/v0.0.42/job/{first}")
+    assert [(j["job_id"], j["array"]["task_id"]["number"]) for j in db["jobs"]] == [
+        (first, 3),
+        (first + 1, 0),
+        (first + 2, 1),
+        (first + 3, 2),
+    ]
+    assert [j["job_id"] for j in api.call("GET", f"/slurmdb/v0.0.42/job/{first}_1")[1]["jobs"]] == [first + 2]
+    _, deleted = api.call("DELETE", f"/slurm/v0.0.42/job/{first}")
+    assert [(e["step_id"], e["job_id"]["number"], e["error"]["code"]) for e in deleted["status"]] == [
+        (f"{first}_2", first + 3, 2021),
+        (f"{first}_3", first, 2021),
+        (f"{first}_1", first + 2, 2021),
+        (f"{first}_0", first + 1, 2021),
+    ]
 
 
 def test_jobs_state_bulk(api: Api, workdir: Path) -> None:
@@ -207,6 +263,7 @@ def test_missing_cwd_runs_in_tmp_unless_the_output_cannot_be_opened(api: Api, wo
     assert (job["job_state"], job["state_reason"]) == (["FAILED"], "RaisedSignal")
     assert job["exit_code"]["status"] == ["SIGNALED"]
     assert job["exit_code"]["signal"]["id"]["number"] == 53
+    assert job["state_description"] == "RaisedSignal:53(Real-time signal 19)"  # as real Slurm says
     # with an output file that can be opened, it runs in /tmp and says why in the output
     out = workdir / "out.txt"
     job_id = api.submit("#!/bin/bash\npwd\n", current_working_directory=str(workdir / "nope"), standard_output=str(out))

@@ -76,15 +76,48 @@ def test_filename_patterns() -> None:
     assert job.expand("/abs/%j.out") == "/abs/12.out"
 
 
-def test_array_throttle_limits_running_tasks(tmp_path: Path) -> None:
+def test_array_throttle_keeps_pending_tasks_in_the_meta_record(tmp_path: Path) -> None:
+    """Tasks not started yet stay in one record, the array's own, until one is left."""
     with Emulator(EmulatorConfig(state_dir=tmp_path / "state")) as emu:
         api = Api(emu)
-        first = api.submit("#!/bin/bash\nsleep 30\n", array="0-2%2", current_working_directory=str(tmp_path))
-        api.wait(first + 1, {"RUNNING"})
+        first = api.submit("#!/bin/bash\nsleep 30\n", array="0-3%2", current_working_directory=str(tmp_path))
+        deadline = time.monotonic() + 5
+        while api.call("GET", f"/slurm/v0.0.42/job/{first + 2}")[0] != 200:  # task 1's record, once split off
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        api.wait(first + 2, {"RUNNING"})
         time.sleep(0.4)
-        states = [api.job(first + i) for i in range(3)]
-        assert [s["job_state"][0] for s in states] == ["RUNNING", "RUNNING", "PENDING"]
-        assert states[2]["state_reason"] == "JobArrayTaskLimit"
+        _, reply = api.call("GET", f"/slurm/v0.0.42/job/{first}")
+        records = [
+            (j["job_id"], j["job_state"][0], j["array_task_id"]["set"], j["array_task_string"]) for j in reply["jobs"]
+        ]
+        assert records == [
+            (first, "PENDING", False, "2-3%2"),
+            (first + 2, "RUNNING", True, ""),
+            (first + 1, "RUNNING", True, ""),
+        ]
+        meta = reply["jobs"][0]
+        assert (meta["state_reason"], meta["array_max_tasks"]["number"]) == ("JobArrayTaskLimit", 2)
+        assert meta["standard_output"] == f"{tmp_path}/slurm-{first}_4294967294.out"
+        _, state = api.call("GET", f"/slurm/v0.0.42/jobs/state/?job_id={first}")
+        assert [e["job_id"] for e in state["jobs"]] == [f"{first + 2}_1", f"{first + 1}_0", f"{first}_2", f"{first}_3"]
+        _, db = api.call("GET", f"/slurmdb/v0.0.42/job/{first}")
+        assert [
+            (j["job_id"], j["array"]["task"], j["array"]["limits"]["max"]["running"]["tasks"]) for j in db["jobs"]
+        ] == [
+            (first, "0xC", 2),
+            (first + 1, "", 0),
+            (first + 2, "", 0),
+        ]
+        # cancelling a task that has not started only takes it out of the meta record
+        status, reply = api.call("DELETE", f"/slurm/v0.0.42/job/{first}_3")
+        assert (status, reply["status"], api.job(first)["array_task_string"]) == (200, [], "2%2")
         status, reply = api.call("DELETE", f"/slurm/v0.0.42/job/{first}")
         assert (status, reply["status"]) == (200, [])
-        assert all(api.wait(first + i)["job_state"] == ["CANCELLED"] for i in range(3))
+        assert all(api.wait(job_id)["job_state"] == ["CANCELLED"] for job_id in (first, first + 1, first + 2))
+        meta = api.job(first)
+        assert (meta["array_task_string"], meta["state_reason"], meta["tasks"]["set"]) == (
+            "2%2",
+            "JobArrayTaskLimit",
+            False,
+        )
