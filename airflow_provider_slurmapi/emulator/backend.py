@@ -485,7 +485,7 @@ class BuiltinBackend(SlurmBackend):
         user = request.principal.split("@")[0]
         cancel = sig in (None, signal.SIGKILL, signal.SIGTERM)
         meta = jobs[0] if task is not None and jobs[0].is_array_meta and not jobs[0].terminal else None
-        if cancel and meta is not None and meta.pending_tasks != [task]:
+        if cancel and meta is not None and task is not None and meta.pending_tasks != [task]:
             # a task not started yet just leaves the meta record, without a record of its own
             meta.pending_tasks.remove(task)
             self._touch(meta)
@@ -499,7 +499,7 @@ class BuiltinBackend(SlurmBackend):
                 )
             elif cancel:
                 self._stop(job, State.CANCELLED, sig or signal.SIGTERM, user)
-            elif job.state is State.RUNNING:
+            elif job.state is State.RUNNING and sig is not None:
                 self._signal_group(job, sig)  # delivered only; the job keeps running
         return 200, replies.envelope("slurmctld", version, self.cluster, {"status": status})
 
