@@ -69,16 +69,20 @@ def real_units(scenario: str | None) -> dict[tuple[Any, ...], list[Any]]:
     return found
 
 
-@pytest.mark.after_scenarios
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_builtin_replies_have_real_slurm_shapes(scenario: str) -> None:
+def skip_unless_run_on_both(scenario: str) -> None:
     for backend in ("builtin", "slurmrestd"):
         if backend in SKIPPED:
             pytest.skip(f"no {backend} replies to compare: {SKIPPED[backend]}")
+        if not any(key[0] == scenario for key in RECORDED[backend]):
+            pytest.skip(f"scenario {scenario} did not run on the {backend} backend")
+
+
+@pytest.mark.after_scenarios
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_builtin_replies_have_real_slurm_shapes(scenario: str) -> None:
+    skip_unless_run_on_both(scenario)
     builtin = {key[1:]: replies for key, replies in RECORDED["builtin"].items() if key[0] == scenario}
     real = {key[1:] for key in RECORDED["slurmrestd"] if key[0] == scenario}
-    if not builtin or not real:
-        pytest.skip(f"scenario {scenario} did not run on both backends")
     problems = [f"{key}: only real Slurm answered this" for key in sorted(real - set(builtin))]
     problems += [f"{key}: real Slurm never answered this" for key in sorted(set(builtin) - real)]
     here, anywhere = real_units(scenario), real_units(None)
@@ -174,9 +178,7 @@ def job_values(scenario: str, backend: str) -> dict[tuple[Any, ...], list[dict[s
 def test_builtin_job_values_match_real_slurm(scenario: str) -> None:
     """Job by job: each built-in job must hold, in ``COMPARED_FIELDS``, the values of one job real
     Slurm showed in the same scenario, reply (method, route, status), state and array position."""
-    for backend in ("builtin", "slurmrestd"):
-        if backend in SKIPPED:
-            pytest.skip(f"no {backend} replies to compare: {SKIPPED[backend]}")
+    skip_unless_run_on_both(scenario)
     builtin, real = job_values(scenario, "builtin"), job_values(scenario, "slurmrestd")
     if not builtin:
         pytest.skip(f"no job replies in scenario {scenario}")
