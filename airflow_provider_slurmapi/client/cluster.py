@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from airflow_provider_slurmapi.client.errors import InvalidRequestError
 
@@ -28,6 +30,28 @@ def _check(field: str, value: object) -> str:
     return value
 
 
+def _check_endpoint(endpoint: str) -> None:
+    url = urlsplit(endpoint)
+    if url.scheme not in ("https", "http") or not url.hostname:
+        raise InvalidRequestError("endpoint", f"{endpoint!r} is not allowed; expected an https:// base URL")
+    # plain http would send the bearer token in clear text; only a local emulator may use it
+    if url.scheme == "http" and not _is_loopback(url.hostname):
+        raise InvalidRequestError(
+            "endpoint",
+            f"{endpoint!r} uses plain http to a host that is not this machine, which would leak the access "
+            "token; use https://, or http:// only to localhost / 127.0.0.1 / ::1",
+        )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True)
 class ClusterRef:
     """A Vertex AI training cluster, addressed by project, region and cluster ID."""
@@ -40,8 +64,8 @@ class ClusterRef:
     def __post_init__(self) -> None:
         for field in ("project_id", "region", "cluster_id"):
             _check(field, getattr(self, field))
-        if self.endpoint is not None and not self.endpoint.startswith(("https://", "http://")):
-            raise InvalidRequestError("endpoint", f"{self.endpoint!r} must be an http(s) base URL")
+        if self.endpoint is not None:
+            _check_endpoint(self.endpoint)
 
     @property
     def base_url(self) -> str:

@@ -6,6 +6,7 @@ fields are dropped) and still creates the job, so such mistakes are refused here
 
 from __future__ import annotations
 
+import difflib
 import json
 from functools import cache
 from importlib import resources
@@ -32,11 +33,14 @@ def validate_job_description(job: dict[str, Any], api_version: str) -> None:
         return
     field = "job" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
     if error.validator == "additionalProperties":
-        unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        known = error.schema.get("properties", {})
+        unknown = sorted(set(error.instance) - set(known))
+        close = difflib.get_close_matches(unknown[0], known, n=1) if unknown else []
+        suggestion = f"; did you mean {close[0]!r}?" if close else ""
         raise InvalidRequestError(
             f"{field}.{unknown[0]}" if unknown else field,
-            f"unknown field(s) {', '.join(unknown)} for Slurm {api_version}; "
-            "see the job description (job_desc_msg) of your Slurm REST API version",
+            f"unknown field(s) {', '.join(unknown)} for Slurm {api_version}{suggestion} "
+            "(see the job description, job_desc_msg, of your Slurm REST API version)",
         )
     description = error.schema.get("description") or _property_description(schema, error.absolute_path)
     hint = f" ({description})" if description else ""
