@@ -144,3 +144,16 @@ class JobNotFoundError(SlurmJobApiError):
     def __init__(self, job_id: str) -> None:
         super().__init__(f"Slurm job {job_id} was found neither in the live queue nor in accounting (/slurmdb)")
         self.job_id = job_id
+
+
+class JobLostError(JobNotFoundError):
+    """The job stayed unknown to both the live queue and accounting for longer than the grace window."""
+
+    def __init__(self, job_id: str, grace: float) -> None:
+        SlurmJobApiError.__init__(
+            self,
+            f"Slurm job {job_id} is lost: for {grace:g} s neither the live queue nor accounting (/slurmdb) "
+            "knew it, so its outcome is unknown (it is not assumed to have completed)",
+        )
+        self.job_id = job_id
+        self.grace = grace

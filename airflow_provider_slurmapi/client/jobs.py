@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from airflow_provider_slurmapi.client.errors import JobLostError
+
 # Every other state (PENDING, RUNNING, COMPLETING, a state added by a newer Slurm...) is active.
 FINISHED_STATES = frozenset(
     {
@@ -275,3 +277,23 @@ def select_job(job_id: str, jobs: list[JobStatus]) -> JobStatus | None:
         job_id=job_id,
         extra={**lead.extra, "tasks": {job.job_id: job.state for job in jobs}},
     )
+
+
+LOST_JOB_GRACE = 300.0  # seconds a job may be missing from both queue and accounting (accounting lags)
+
+
+@dataclass
+class MissingJobWatch:
+    """Tells a job that accounting has not caught up with yet from one that is gone for good."""
+
+    grace: float = LOST_JOB_GRACE
+    since: float | None = None  # monotonic time of the first read that found the job nowhere
+
+    def missing(self, job_id: str, now: float) -> None:
+        """Record a read that found nothing; raise ``JobLostError`` once the grace window is over."""
+        self.since = now if self.since is None else self.since
+        if now - self.since >= self.grace:
+            raise JobLostError(job_id, self.grace)
+
+    def found(self) -> None:
+        self.since = None

@@ -19,8 +19,8 @@ from google.auth.transport.requests import AuthorizedSession
 
 from airflow_provider_slurmapi.client.aio import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.client.cluster import ClusterRef
-from airflow_provider_slurmapi.client.errors import InvalidArgumentError, SlurmJobApiError
-from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.client.errors import InvalidArgumentError, JobNotFoundError, SlurmJobApiError
+from airflow_provider_slurmapi.client.jobs import LOST_JOB_GRACE, JobStatus, MissingJobWatch
 from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION, validate_api_version
 from airflow_provider_slurmapi.client.retry import RetryPolicy
 from airflow_provider_slurmapi.client.sync import SlurmJobApiClient
@@ -102,13 +102,30 @@ class SlurmJobApiHook(GoogleBaseHook):
         return self.client.get_job(job_id)
 
     def wait_for_job(
-        self, job_id: str | int, *, poll_interval: float = 30.0, timeout: float | None = None
+        self,
+        job_id: str | int,
+        *,
+        poll_interval: float = 30.0,
+        timeout: float | None = None,
+        lost_grace: float = LOST_JOB_GRACE,
     ) -> JobStatus:
-        """Poll until the job finishes and return its final status; TimeoutError after ``timeout`` s."""
+        """Poll until the job finishes and return its final status; TimeoutError after ``timeout`` s.
+
+        A job missing from both the live queue and accounting is looked for ``lost_grace`` s (accounting
+        can lag) before ``JobLostError``.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         last = None
+        missing = MissingJobWatch(lost_grace)
         while True:
-            status = self.get_job(job_id)
+            try:
+                status = self.get_job(job_id)
+            except JobNotFoundError:
+                missing.missing(str(job_id), time.monotonic())
+                self.log.warning("Slurm job %s is in neither queue nor accounting yet; still looking", job_id)
+                status = JobStatus(job_id=str(job_id), state="UNKNOWN")
+            else:
+                missing.found()
             if status.is_finished:
                 return status
             if (status.state, status.reason) != last:

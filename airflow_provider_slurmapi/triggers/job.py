@@ -9,6 +9,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_slurmapi.client.jobs import LOST_JOB_GRACE
+
 
 class SlurmJobTrigger(BaseTrigger):
     """Polls a Slurm job until it finishes and emits one event carrying its final status.
@@ -21,6 +23,8 @@ class SlurmJobTrigger(BaseTrigger):
     :param deadline: absolute wall-clock time (epoch seconds) after which the trigger gives up.
     :param poll_interval: seconds between two status reads.
     :param hook_kwargs: ``SlurmJobApiAsyncHook`` arguments (connection ID and cluster overrides).
+    :param lost_grace: seconds a job may be missing from both the live queue and accounting (which
+        can lag) before it is declared lost, which fails the task.
     """
 
     def __init__(
@@ -30,8 +34,10 @@ class SlurmJobTrigger(BaseTrigger):
         poll_interval: float = 30.0,
         deadline: float | None = None,
         hook_kwargs: dict[str, Any] | None = None,
+        lost_grace: float = LOST_JOB_GRACE,
     ) -> None:
         super().__init__()
+        self.lost_grace = lost_grace
         self.job_id = str(job_id)
         self.poll_interval = poll_interval
         self.deadline = deadline
@@ -45,11 +51,13 @@ class SlurmJobTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
                 "hook_kwargs": self.hook_kwargs,
+                "lost_grace": self.lost_grace,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_provider_slurmapi.client.errors import SlurmJobApiError
+        from airflow_provider_slurmapi.client.errors import JobLostError, JobNotFoundError, SlurmJobApiError
+        from airflow_provider_slurmapi.client.jobs import MissingJobWatch
         from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiAsyncHook
 
         try:
@@ -58,10 +66,18 @@ class SlurmJobTrigger(BaseTrigger):
             yield self._event("error", message=f"cannot reach the Slurm Job API: {error}")
             return
         last_state = None
+        missing = MissingJobWatch(self.lost_grace)
         async with client:
             while True:
                 try:
                     status = await client.get_job(self.job_id)
+                except JobNotFoundError:
+                    try:
+                        missing.missing(self.job_id, time.monotonic())
+                    except JobLostError as lost:
+                        yield self._event("error", message=str(lost))
+                        return
+                    self.log.warning("Slurm job %s is in neither queue nor accounting yet; still looking", self.job_id)
                 except SlurmJobApiError as error:
                     if not error.retryable:
                         yield self._event("error", message=str(error))
@@ -69,6 +85,7 @@ class SlurmJobTrigger(BaseTrigger):
                     # The client already retried with backoff: keep watching, never lose the job.
                     self.log.warning("Slurm job %s: status unavailable for now: %s", self.job_id, error)
                 else:
+                    missing.found()
                     if status.is_finished:
                         self.log.info("%s", status.describe())
                         yield self._event("finished", job=status.to_dict())

@@ -10,6 +10,7 @@ import pytest
 from airflow_provider_slurmapi.client.errors import (
     ClusterNotFoundError,
     InvalidRequestError,
+    JobLostError,
     JobNotFoundError,
     RequestTooLargeError,
 )
@@ -158,3 +159,10 @@ def test_job_array_is_watched_until_every_task_ends(slurm_connection: str) -> No
     assert status.state == "FAILED" and not status.is_success  # one task failed: the array failed
     assert "exit code 5" in status.describe()
     assert hook.get_job(f"{job_id}_1").is_success
+
+
+def test_waiting_for_a_missing_job_gives_up_after_the_grace_window(slurm_connection: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(JobLostError, match="Slurm job 424244 is lost: for 1.5 s"):
+        SlurmJobApiHook(slurm_connection).wait_for_job("424244", poll_interval=0.3, lost_grace=1.5)
+    assert time.monotonic() - started >= 1.5

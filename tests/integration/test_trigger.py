@@ -108,3 +108,14 @@ async def test_wait_survives_token_expiry(slurm_connection: str, short_tokens) -
     job_id = submit(slurm_connection, "sleep 6")
     event = await first_event(SlurmJobTrigger(job_id, poll_interval=1, hook_kwargs={"slurm_conn_id": slurm_connection}))
     assert JobStatus.from_dict(event["job"]).state == "COMPLETED"
+
+
+async def test_a_job_missing_everywhere_is_lost_after_the_grace_window(slurm_connection: str) -> None:
+    started = time.monotonic()
+    event = await first_event(
+        SlurmJobTrigger("424243", poll_interval=0.3, lost_grace=2, hook_kwargs={"slurm_conn_id": slurm_connection})
+    )
+    assert time.monotonic() - started >= 2  # it kept looking before giving up
+    assert event["status"] == "error"
+    assert event["message"].startswith("Slurm job 424243 is lost: for 2 s neither the live queue nor accounting")
+    assert "not assumed to have completed" in event["message"]

@@ -523,3 +523,16 @@ def test_slurmdb_meta_record_reads_the_task_bitmap(slurm_fixture):
     throttled = copy.deepcopy(rows[0])
     throttled["array"]["task"], throttled["array"]["limits"]["max"]["running"]["tasks"] = "0xEA", 2
     assert JobStatus.from_slurmdb(throttled).job_id == "155_[1,3,5-7%2]"
+
+
+def test_missing_job_watch_waits_out_the_grace_window_and_forgets_on_found() -> None:
+    from airflow_provider_slurmapi.client.errors import JobLostError
+    from airflow_provider_slurmapi.client.jobs import MissingJobWatch
+
+    watch = MissingJobWatch(grace=10)
+    watch.missing("7", now=100)
+    watch.missing("7", now=109.9)  # accounting may still catch up
+    watch.found()  # it did: the window starts again at the next miss
+    watch.missing("7", now=200)
+    with pytest.raises(JobLostError, match="Slurm job 7 is lost: for 10 s"):
+        watch.missing("7", now=210)
