@@ -40,6 +40,17 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         "Impersonation Chain", "Service account to impersonate, or a comma-separated chain of them."
     ),
     "scope": _text("Scopes (comma separated)", "OAuth scopes. Empty: https://www.googleapis.com/auth/cloud-platform."),
+    "retry_attempts": _text(
+        "API retries: attempts",
+        "How often a status read or a cancel is tried when the API fails transiently "
+        "(UNAVAILABLE, 429, 5xx, connection errors), 1-20. Empty: 5. A submit is never resent blindly.",
+        pattern=r"^([1-9]|1[0-9]|20)$",
+    ),
+    "retry_max_seconds": _text(
+        "API retries: time limit (s)",
+        "Stop retrying one request after this many seconds, 0-3600. Empty: 120.",
+        pattern=r"^\d+(\.\d+)?$",
+    ),
 }
 
 UI_FIELD_BEHAVIOUR: dict[str, Any] = {

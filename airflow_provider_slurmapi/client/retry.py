@@ -7,11 +7,12 @@ blindly, since a lost reply may hide a job that Slurm already created.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import tenacity
 
 from airflow_provider_slurmapi.client.envelope import SlurmRequest
-from airflow_provider_slurmapi.client.errors import SlurmJobApiError
+from airflow_provider_slurmapi.client.errors import InvalidRequestError, SlurmJobApiError
 
 
 def is_transient(error: BaseException) -> bool:
@@ -30,6 +31,15 @@ class RetryPolicy:
     initial_wait: float = 1.0
     max_wait: float = 30.0
     max_elapsed: float = 120.0
+
+    @classmethod
+    def from_settings(cls, attempts: object = None, max_seconds: object = None) -> RetryPolicy:
+        """The policy set on a connection or an operator (text or numbers); None keeps the default."""
+        defaults = cls()
+        return cls(
+            max_attempts=_bounded("retry_attempts", attempts, defaults.max_attempts, 1, 20, whole=True),
+            max_elapsed=_bounded("retry_max_seconds", max_seconds, defaults.max_elapsed, 0, 3600, whole=False),
+        )
 
     def _arguments(self) -> dict:
         return {
@@ -51,3 +61,16 @@ class RetryPolicy:
 
 
 NO_RETRY = RetryPolicy(max_attempts=1)
+
+
+def _bounded(field: str, value: object, default: float, low: float, high: float, *, whole: bool) -> Any:
+    if value is None or value == "":
+        return default
+    kind = "a whole number" if whole else "a number of seconds"
+    try:
+        number = int(str(value)) if whole else float(str(value))
+    except ValueError:
+        number = None
+    if number is None or isinstance(value, bool) or not low <= number <= high:
+        raise InvalidRequestError(field, f"{value!r} is not allowed; expected {kind} from {low:g} to {high:g}")
+    return number

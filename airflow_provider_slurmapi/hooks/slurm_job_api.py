@@ -38,7 +38,8 @@ class SlurmJobApiHook(GoogleBaseHook):
     :param cluster_id: overrides the connection's cluster.
     :param api_version: Slurm REST version in paths, ``v0.0.NN``; default ``v0.0.42``.
     :param impersonation_chain: service account(s) to impersonate, as in the Google provider.
-    :param retry: how transient failures of reads and cancels are retried.
+    :param retry: how transient failures of reads and cancels are retried; by default the
+        connection's ``retry_attempts`` / ``retry_max_seconds``, which these two arguments override.
     """
 
     conn_name_attr = "slurm_conn_id"
@@ -56,6 +57,8 @@ class SlurmJobApiHook(GoogleBaseHook):
         api_version: str | None = None,
         impersonation_chain: str | list[str] | None = None,
         retry: RetryPolicy | None = None,
+        retry_attempts: int | None = None,
+        retry_max_seconds: float | None = None,
         timeout: float = 60.0,
         **kwargs: Any,
     ) -> None:
@@ -63,7 +66,10 @@ class SlurmJobApiHook(GoogleBaseHook):
         self.slurm_conn_id = slurm_conn_id
         self._overrides = {"project_id": project_id, "region": region, "cluster_id": cluster_id}
         self.api_version = validate_api_version(api_version or self._get_field("api_version") or DEFAULT_API_VERSION)
-        self.retry = retry or RetryPolicy()
+        self.retry = retry or RetryPolicy.from_settings(
+            retry_attempts if retry_attempts is not None else self._get_field("retry_attempts"),
+            retry_max_seconds if retry_max_seconds is not None else self._get_field("retry_max_seconds"),
+        )
         self.timeout = timeout
 
     @cached_property

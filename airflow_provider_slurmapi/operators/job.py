@@ -45,8 +45,13 @@ class SlurmJobApiMixin:
         cluster_id: str | None,
         api_version: str | None,
         impersonation_chain: str | Sequence[str] | None,
+        *,
+        retry_attempts: int | None = None,
+        retry_max_seconds: float | None = None,
     ) -> None:
         self.slurm_conn_id = slurm_conn_id
+        self.retry_attempts = retry_attempts
+        self.retry_max_seconds = retry_max_seconds
         self.project_id = project_id
         self.region = region
         self.cluster_id = cluster_id
@@ -63,6 +68,8 @@ class SlurmJobApiMixin:
             "cluster_id": self.cluster_id,
             "api_version": self.api_version,
             "impersonation_chain": list(chain) if chain and not isinstance(chain, str) else chain,
+            "retry_attempts": self.retry_attempts,
+            "retry_max_seconds": self.retry_max_seconds,
         }
 
     @cached_property
@@ -137,6 +144,8 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
         cluster_id: str | None = None,
         api_version: str | None = None,
         impersonation_chain: str | Sequence[str] | None = None,
+        retry_attempts: int | None = None,
+        retry_max_seconds: float | None = None,
         wait_for_completion: bool = True,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 30.0,
@@ -147,7 +156,16 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
         super().__init__(**kwargs)
         self.job = job
         self.script = script
-        self.set_connection_arguments(slurm_conn_id, project_id, region, cluster_id, api_version, impersonation_chain)
+        self.set_connection_arguments(
+            slurm_conn_id,
+            project_id,
+            region,
+            cluster_id,
+            api_version,
+            impersonation_chain,
+            retry_attempts=retry_attempts,
+            retry_max_seconds=retry_max_seconds,
+        )
         self.wait_for_completion = wait_for_completion
         self.deferrable = deferrable
         self.poll_interval = poll_interval
@@ -228,6 +246,8 @@ class SlurmCancelJobOperator(SlurmJobApiMixin, BaseOperator):
         cluster_id: str | None = None,
         api_version: str | None = None,
         impersonation_chain: str | Sequence[str] | None = None,
+        retry_attempts: int | None = None,
+        retry_max_seconds: float | None = None,
         wait_for_completion: bool = True,
         poll_interval: float = 5.0,
         timeout: float | None = 600.0,
@@ -236,7 +256,16 @@ class SlurmCancelJobOperator(SlurmJobApiMixin, BaseOperator):
         super().__init__(**kwargs)
         self.job_id = job_id
         self.signal = signal
-        self.set_connection_arguments(slurm_conn_id, project_id, region, cluster_id, api_version, impersonation_chain)
+        self.set_connection_arguments(
+            slurm_conn_id,
+            project_id,
+            region,
+            cluster_id,
+            api_version,
+            impersonation_chain,
+            retry_attempts=retry_attempts,
+            retry_max_seconds=retry_max_seconds,
+        )
         self.wait_for_completion = wait_for_completion
         self.poll_interval = poll_interval
         self.timeout = timeout

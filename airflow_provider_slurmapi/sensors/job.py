@@ -39,12 +39,23 @@ class SlurmJobSensor(SlurmJobApiMixin, BaseSensorOperator):
         cluster_id: str | None = None,
         api_version: str | None = None,
         impersonation_chain: str | Sequence[str] | None = None,
+        retry_attempts: int | None = None,
+        retry_max_seconds: float | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.job_id = job_id
-        self.set_connection_arguments(slurm_conn_id, project_id, region, cluster_id, api_version, impersonation_chain)
+        self.set_connection_arguments(
+            slurm_conn_id,
+            project_id,
+            region,
+            cluster_id,
+            api_version,
+            impersonation_chain,
+            retry_attempts=retry_attempts,
+            retry_max_seconds=retry_max_seconds,
+        )
         self.deferrable = deferrable
 
     def execute(self, context: Context) -> Any:

@@ -14,7 +14,10 @@ from airflow_provider_slurmapi.client.errors import (
     JobNotFoundError,
     RequestTooLargeError,
 )
-from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
+from airflow_provider_slurmapi.client.retry import RetryPolicy
+from airflow_provider_slurmapi.emulator import Emulator
+from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiAsyncHook, SlurmJobApiHook
+from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
 from tests.conftest import CLUSTER, PROJECT, REGION, connection_json
 
 JOB = {"name": "hook-test", "environment": ["PATH=/usr/bin:/bin"], "current_working_directory": "/tmp"}
@@ -166,3 +169,19 @@ def test_waiting_for_a_missing_job_gives_up_after_the_grace_window(slurm_connect
     with pytest.raises(JobLostError, match="Slurm job 424244 is lost: for 1.5 s"):
         SlurmJobApiHook(slurm_connection).wait_for_job("424244", poll_interval=0.3, lost_grace=1.5)
     assert time.monotonic() - started >= 1.5
+
+
+def test_retry_policy_from_the_connection_and_overridden_by_arguments(
+    emulator: Emulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SLURM_RETRY", connection_json(emulator, retry_attempts="2", retry_max_seconds="30")
+    )
+    assert SlurmJobApiHook("slurm_retry").retry == RetryPolicy(max_attempts=2, max_elapsed=30.0)
+    assert SlurmJobApiHook("slurm_retry", retry_attempts=7).retry == RetryPolicy(max_attempts=7, max_elapsed=30.0)
+    operator = SlurmSubmitJobOperator(
+        task_id="t", slurm_conn_id="slurm_retry", job={}, script="#!/bin/bash\n", retry_max_seconds=5
+    )
+    assert operator.hook.retry == RetryPolicy(max_attempts=2, max_elapsed=5.0)
+    # the trigger gets the same arguments, and builds its client from the same sync hook
+    assert SlurmJobApiAsyncHook.sync_hook_class(**operator.hook_kwargs).retry == operator.hook.retry

@@ -11,6 +11,7 @@ import requests
 
 from airflow_provider_slurmapi.client.cluster import ClusterRef
 from airflow_provider_slurmapi.client.errors import InvalidRequestError
+from airflow_provider_slurmapi.client.retry import RetryPolicy
 from airflow_provider_slurmapi.client.sync import SlurmJobApiClient
 
 CLUSTER = {"project_id": "my-project", "region": "us-central1", "cluster_id": "my-cluster"}
@@ -44,6 +45,10 @@ def version(api_version: object) -> Callable[[], object]:
 
 def cluster(**fields: Any) -> Callable[[], object]:
     return lambda: ClusterRef(**{**CLUSTER, **fields})
+
+
+def retries(**settings: Any) -> Callable[[], object]:
+    return lambda: RetryPolicy.from_settings(**settings)
 
 
 JOB_ID_ALLOWED = "expected a number (123), an array task (123_4) or a heterogeneous job component (123+1)"
@@ -94,6 +99,24 @@ CASES: list[tuple[str, Callable[[], object], str, list[str]]] = [
     ("typo partion", submit({"partion": "a3"}), "job.partion", ["partion", "did you mean 'partition'?"]),
     ("typo time_limt", submit({"time_limt": 5}), "job.time_limt", ["time_limt", "did you mean 'time_limit'?"]),
     ("unknown field", submit({"gpus_wanted": 8}), "job.gpus_wanted", ["gpus_wanted", "job_desc_msg"]),
+    *[
+        (
+            f"retry_attempts {value!r}",
+            retries(attempts=value),
+            "retry_attempts",
+            [repr(value), "whole number from 1 to 20"],
+        )
+        for value in (0, "abc", 21, "2.5", True)
+    ],
+    *[
+        (
+            f"retry_max_seconds {value!r}",
+            retries(max_seconds=value),
+            "retry_max_seconds",
+            [repr(value), "from 0 to 3600"],
+        )
+        for value in (-1, "forever", 7200)
+    ],
 ]
 
 
@@ -118,3 +141,8 @@ def test_refused_before_sending(action: Callable[[], object], field: str, fragme
 )
 def test_allowed_endpoints(endpoint: str) -> None:
     assert ClusterRef(**CLUSTER, endpoint=endpoint).url.startswith(endpoint)
+
+
+def test_retry_settings_from_text_or_numbers() -> None:
+    assert RetryPolicy.from_settings("3", "45.5") == RetryPolicy(max_attempts=3, max_elapsed=45.5)
+    assert RetryPolicy.from_settings(None, "") == RetryPolicy()
