@@ -122,6 +122,7 @@ class TokenStore:
 
     def __init__(self, lifetime: float) -> None:
         self.lifetime = lifetime
+        self.issued = 0  # how many tokens were handed out, e.g. to see that a client refreshed
         self._tokens: dict[str, IssuedToken] = {}
         self._lock = threading.Lock()
 
@@ -130,6 +131,7 @@ class TokenStore:
         expires_at = time.time() + (self.lifetime if lifetime is None else lifetime)
         with self._lock:
             self._tokens[token] = IssuedToken(principal, expires_at)
+            self.issued += 1
         return token
 
     def principal_for(self, token: str) -> str | None:

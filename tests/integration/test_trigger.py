@@ -119,3 +119,22 @@ async def test_a_job_missing_everywhere_is_lost_after_the_grace_window(slurm_con
     assert event["status"] == "error"
     assert event["message"].startswith("Slurm job 424243 is lost: for 2 s neither the live queue nor accounting")
     assert "not assumed to have completed" in event["message"]
+
+
+@pytest.fixture
+def one_minute_tokens(emulator):
+    original = emulator.tokens.lifetime
+    emulator.tokens.lifetime = 60
+    yield
+    emulator.tokens.lifetime = original
+
+
+async def test_wait_longer_than_a_token_lives(slurm_connection: str, one_minute_tokens, emulator) -> None:
+    """Tokens that live 60 s, a job of 75 s: the trigger refreshes its token and sees the end."""
+    issued_before = emulator.tokens.issued
+    job_id = submit(slurm_connection, "sleep 75")
+    event = await first_event(
+        SlurmJobTrigger(job_id, poll_interval=5, hook_kwargs={"slurm_conn_id": slurm_connection}), timeout=150
+    )
+    assert JobStatus.from_dict(event["job"]).state == "COMPLETED"
+    assert emulator.tokens.issued - issued_before >= 2  # the first token expired during the wait
