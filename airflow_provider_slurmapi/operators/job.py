@@ -78,7 +78,9 @@ class SlurmJobApiMixin:
 
         return SlurmJobApiHook(**self.hook_kwargs)
 
-    def defer_until_finished(self, job_id: str, *, poll_interval: float, timeout: float | None) -> None:
+    def defer_until_finished(
+        self, job_id: str, *, poll_interval: float, timeout: float | None, cancel_on_kill: bool = False
+    ) -> None:
         """Hand the wait to the triggerer; ``execute_complete`` receives the trigger's event."""
         from airflow_provider_slurmapi.triggers.job import SlurmJobTrigger
 
@@ -88,6 +90,7 @@ class SlurmJobApiMixin:
                 poll_interval=poll_interval,
                 deadline=time.time() + timeout if timeout else None,
                 hook_kwargs=self.hook_kwargs,
+                cancel_on_kill=cancel_on_kill,
             ),
             method_name="execute_complete",
         )
@@ -184,7 +187,9 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
         if not self.wait_for_completion:
             return self.job_id
         if self.deferrable:
-            self.defer_until_finished(self.job_id, poll_interval=self.poll_interval, timeout=self.timeout)
+            self.defer_until_finished(
+                self.job_id, poll_interval=self.poll_interval, timeout=self.timeout, cancel_on_kill=self.cancel_on_kill
+            )
         try:
             status = self.hook.wait_for_job(self.job_id, poll_interval=self.poll_interval, timeout=self.timeout)
         except TimeoutError as error:

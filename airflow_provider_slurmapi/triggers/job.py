@@ -23,6 +23,9 @@ class SlurmJobTrigger(BaseTrigger):
     :param deadline: absolute wall-clock time (epoch seconds) after which the trigger gives up.
     :param poll_interval: seconds between two status reads.
     :param hook_kwargs: ``SlurmJobApiAsyncHook`` arguments (connection ID and cluster overrides).
+    :param cancel_on_kill: cancel the job when a user kills the deferred task (mark failed or
+        success, clear). Airflow 3.3+ calls ``on_kill`` only for such user actions, never when the
+        triggerer stops or hands the trigger to another triggerer.
     :param lost_grace: seconds a job may be missing from both the live queue and accounting (which
         can lag) before it is declared lost, which fails the task.
     """
@@ -35,9 +38,11 @@ class SlurmJobTrigger(BaseTrigger):
         deadline: float | None = None,
         hook_kwargs: dict[str, Any] | None = None,
         lost_grace: float = LOST_JOB_GRACE,
+        cancel_on_kill: bool = False,
     ) -> None:
         super().__init__()
         self.lost_grace = lost_grace
+        self.cancel_on_kill = cancel_on_kill
         self.job_id = str(job_id)
         self.poll_interval = poll_interval
         self.deadline = deadline
@@ -52,6 +57,7 @@ class SlurmJobTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "hook_kwargs": self.hook_kwargs,
                 "lost_grace": self.lost_grace,
+                "cancel_on_kill": self.cancel_on_kill,
             },
         )
 
@@ -98,6 +104,17 @@ class SlurmJobTrigger(BaseTrigger):
                     yield self._event("timeout", message=f"Slurm job {self.job_id} did not finish before the deadline")
                     return
                 await asyncio.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining))
+
+    async def on_kill(self) -> None:
+        """The user killed the deferred task: cancel its job (a triggerer restart does not come here)."""
+        if not self.cancel_on_kill:
+            return
+        from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiAsyncHook
+
+        client = await SlurmJobApiAsyncHook(**self.hook_kwargs).get_client()
+        async with client:
+            active = await client.cancel_job(self.job_id)
+        self.log.info("Task killed: %s Slurm job %s", "cancelled" if active else "nothing to cancel for", self.job_id)
 
     def _event(self, status: str, **payload: Any) -> TriggerEvent:
         return TriggerEvent({"status": status, "job_id": self.job_id, **payload})

@@ -138,3 +138,41 @@ async def test_wait_longer_than_a_token_lives(slurm_connection: str, one_minute_
     )
     assert JobStatus.from_dict(event["job"]).state == "COMPLETED"
     assert emulator.tokens.issued - issued_before >= 2  # the first token expired during the wait
+
+
+async def watch_then_stop(trigger: SlurmJobTrigger) -> None:
+    """Run the trigger for a moment, then cancel it as the triggerer does (the job is still running)."""
+    task = asyncio.ensure_future(trigger.run().__anext__())
+    await asyncio.sleep(1.5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):  # the trigger lets the cancellation through
+        await task
+
+
+async def test_killing_the_deferred_task_cancels_its_job(slurm_connection: str) -> None:
+    job_id = submit(slurm_connection, "sleep 120")
+    trigger = SlurmJobTrigger(
+        job_id, poll_interval=0.3, cancel_on_kill=True, hook_kwargs={"slurm_conn_id": slurm_connection}
+    )
+    await watch_then_stop(trigger)
+    await trigger.on_kill()  # what Airflow calls when a user marks, clears or fails the task
+    status = SlurmJobApiHook(slurm_connection).wait_for_job(job_id, poll_interval=0.3, timeout=30)
+    assert status.state == "CANCELLED"
+
+
+async def test_a_triggerer_restart_never_cancels_the_job(slurm_connection: str) -> None:
+    job_id = submit(slurm_connection, "sleep 120")
+    hook = SlurmJobApiHook(slurm_connection)
+    for cancel_on_kill in (True, False):
+        await watch_then_stop(
+            SlurmJobTrigger(
+                job_id,
+                poll_interval=0.3,
+                cancel_on_kill=cancel_on_kill,
+                hook_kwargs={"slurm_conn_id": slurm_connection},
+            )
+        )
+        assert hook.get_job(job_id).state == "RUNNING"  # only on_kill cancels; stopping the trigger does not
+    await SlurmJobTrigger(job_id, cancel_on_kill=False, hook_kwargs={"slurm_conn_id": slurm_connection}).on_kill()
+    assert hook.get_job(job_id).state == "RUNNING"  # cancel_on_kill=False: a kill leaves the job alone
+    hook.cancel_job(job_id)
