@@ -36,6 +36,8 @@ class SlurmJobApiMixin:
     cluster_id: str | None
     api_version: str | None
     impersonation_chain: str | Sequence[str] | None
+    retry_attempts: int | None = None  # override the connection's retry settings
+    retry_max_seconds: float | None = None
 
     def set_connection_arguments(
         self,
@@ -45,13 +47,8 @@ class SlurmJobApiMixin:
         cluster_id: str | None,
         api_version: str | None,
         impersonation_chain: str | Sequence[str] | None,
-        *,
-        retry_attempts: int | None = None,
-        retry_max_seconds: float | None = None,
     ) -> None:
         self.slurm_conn_id = slurm_conn_id
-        self.retry_attempts = retry_attempts
-        self.retry_max_seconds = retry_max_seconds
         self.project_id = project_id
         self.region = region
         self.cluster_id = cluster_id
@@ -159,16 +156,8 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
         super().__init__(**kwargs)
         self.job = job
         self.script = script
-        self.set_connection_arguments(
-            slurm_conn_id,
-            project_id,
-            region,
-            cluster_id,
-            api_version,
-            impersonation_chain,
-            retry_attempts=retry_attempts,
-            retry_max_seconds=retry_max_seconds,
-        )
+        self.set_connection_arguments(slurm_conn_id, project_id, region, cluster_id, api_version, impersonation_chain)
+        self.retry_attempts, self.retry_max_seconds = retry_attempts, retry_max_seconds
         self.wait_for_completion = wait_for_completion
         self.deferrable = deferrable
         self.poll_interval = poll_interval
@@ -261,16 +250,8 @@ class SlurmCancelJobOperator(SlurmJobApiMixin, BaseOperator):
         super().__init__(**kwargs)
         self.job_id = job_id
         self.signal = signal
-        self.set_connection_arguments(
-            slurm_conn_id,
-            project_id,
-            region,
-            cluster_id,
-            api_version,
-            impersonation_chain,
-            retry_attempts=retry_attempts,
-            retry_max_seconds=retry_max_seconds,
-        )
+        self.set_connection_arguments(slurm_conn_id, project_id, region, cluster_id, api_version, impersonation_chain)
+        self.retry_attempts, self.retry_max_seconds = retry_attempts, retry_max_seconds
         self.wait_for_completion = wait_for_completion
         self.poll_interval = poll_interval
         self.timeout = timeout

@@ -46,16 +46,8 @@ class SlurmJobSensor(SlurmJobApiMixin, BaseSensorOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.job_id = job_id
-        self.set_connection_arguments(
-            slurm_conn_id,
-            project_id,
-            region,
-            cluster_id,
-            api_version,
-            impersonation_chain,
-            retry_attempts=retry_attempts,
-            retry_max_seconds=retry_max_seconds,
-        )
+        self.set_connection_arguments(slurm_conn_id, project_id, region, cluster_id, api_version, impersonation_chain)
+        self.retry_attempts, self.retry_max_seconds = retry_attempts, retry_max_seconds
         self.deferrable = deferrable
 
     def execute(self, context: Context) -> Any:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.emulator import Emulator
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 from airflow_provider_slurmapi.triggers.job import SlurmJobTrigger
 
@@ -97,14 +99,16 @@ async def test_many_triggers_share_one_loop(slurm_connection: str) -> None:
 
 
 @pytest.fixture
-def short_tokens(emulator):
+def token_lifetime(emulator: Emulator, request: pytest.FixtureRequest) -> Iterator[float]:
+    """The emulator issues tokens that live ``request.param`` seconds during the test."""
     original = emulator.tokens.lifetime
-    emulator.tokens.lifetime = 2
-    yield
+    emulator.tokens.lifetime = request.param
+    yield request.param
     emulator.tokens.lifetime = original
 
 
-async def test_wait_survives_token_expiry(slurm_connection: str, short_tokens) -> None:
+@pytest.mark.parametrize("token_lifetime", [2], indirect=True)
+async def test_wait_survives_token_expiry(slurm_connection: str, token_lifetime: float) -> None:
     job_id = submit(slurm_connection, "sleep 6")
     event = await first_event(SlurmJobTrigger(job_id, poll_interval=1, hook_kwargs={"slurm_conn_id": slurm_connection}))
     assert JobStatus.from_dict(event["job"]).state == "COMPLETED"
@@ -121,15 +125,8 @@ async def test_a_job_missing_everywhere_is_lost_after_the_grace_window(slurm_con
     assert "not assumed to have completed" in event["message"]
 
 
-@pytest.fixture
-def one_minute_tokens(emulator):
-    original = emulator.tokens.lifetime
-    emulator.tokens.lifetime = 60
-    yield
-    emulator.tokens.lifetime = original
-
-
-async def test_wait_longer_than_a_token_lives(slurm_connection: str, one_minute_tokens, emulator) -> None:
+@pytest.mark.parametrize("token_lifetime", [60], indirect=True)
+async def test_wait_longer_than_a_token_lives(slurm_connection: str, token_lifetime: float, emulator: Emulator) -> None:
     """Tokens that live 60 s, a job of 75 s: the trigger refreshes its token and sees the end."""
     issued_before = emulator.tokens.issued
     job_id = submit(slurm_connection, "sleep 75")
@@ -142,11 +139,13 @@ async def test_wait_longer_than_a_token_lives(slurm_connection: str, one_minute_
 
 async def watch_then_stop(trigger: SlurmJobTrigger) -> None:
     """Run the trigger for a moment, then cancel it as the triggerer does (the job is still running)."""
-    task = asyncio.ensure_future(trigger.run().__anext__())
+    events = trigger.run()
+    task = asyncio.ensure_future(events.__anext__())
     await asyncio.sleep(1.5)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):  # the trigger lets the cancellation through
         await task
+    await events.aclose()
 
 
 async def test_killing_the_deferred_task_cancels_its_job(slurm_connection: str) -> None:
