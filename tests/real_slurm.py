@@ -11,8 +11,11 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from airflow_provider_slurmapi.emulator import EmulatorConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SLURM_UP = ROOT / "scripts" / "slurm-up.sh"
@@ -32,6 +35,12 @@ class RealSlurm:
     def host_path(self, path: str) -> Path:
         """Where a path seen by jobs (inside the chroot) is on this machine."""
         return self.chroot / path.lstrip("/")
+
+    def emulator_config(self, **settings: Any) -> EmulatorConfig:
+        """An emulator that forwards every call to this Slurm."""
+        return EmulatorConfig(
+            backend="slurmrestd", slurmrestd_url=self.url, slurm_user=self.user, slurm_token=self.token, **settings
+        )
 
 
 class RealSlurmUnavailable(Exception):

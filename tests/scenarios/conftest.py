@@ -23,6 +23,7 @@ from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 from tests.conftest import connection_json
+from tests.real_slurm import RealSlurm
 
 BACKENDS = ("builtin", "slurmrestd")
 
@@ -69,12 +70,12 @@ class Cluster:
     backend: str
     hook: SlurmJobApiHook
     recorder: Recorder
-    chroot: Path | None = None  # where real Slurm's jobs see "/", None for the built-in backend
+    real: RealSlurm | None = None  # None for the built-in backend
     submitted: list[str] = field(default_factory=list)
 
     def host_path(self, path: str) -> Path:
         """Where a file a job wrote is, seen from here."""
-        return self.chroot / path.lstrip("/") if self.chroot else Path(path)
+        return self.real.host_path(path) if self.real else Path(path)
 
     def submit(self, script: str, **job: Any) -> str:
         desc = {"name": "scenario", "current_working_directory": "/tmp", "time_limit": 10, **job}
@@ -110,10 +111,7 @@ def _emulator_config(backend: str, request: pytest.FixtureRequest, work: Any) ->
     if backend == "builtin":
         # the real cluster's MinJobAge and scheduler delay; a minute of time limit lasts 5 s
         return EmulatorConfig(min_job_age=10, sched_delay=2, seconds_per_minute=5, kill_wait=1, **common)
-    slurm = request.getfixturevalue("real_slurm")
-    return EmulatorConfig(
-        backend="slurmrestd", slurmrestd_url=slurm.url, slurm_user=slurm.user, slurm_token=slurm.token, **common
-    )
+    return request.getfixturevalue("real_slurm").emulator_config(**common)
 
 
 @pytest.fixture(scope="session", params=["builtin", pytest.param("slurmrestd", marks=pytest.mark.real_slurm)])
@@ -147,8 +145,8 @@ def cluster(request: pytest.FixtureRequest, emulator_backend: tuple[str, Emulato
     hook, recorder = _hooks
     recorder.scenario = request.node.originalname.removeprefix("test_")
     backend = emulator_backend[0]
-    chroot = request.getfixturevalue("real_slurm").chroot if backend == "slurmrestd" else None
-    handle = Cluster(backend, hook, recorder, chroot)
+    real = request.getfixturevalue("real_slurm") if backend == "slurmrestd" else None
+    handle = Cluster(backend, hook, recorder, real)
     yield handle
     recorder.scenario = "cleanup"
     handle.cleanup()

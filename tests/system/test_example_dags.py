@@ -33,10 +33,7 @@ def emulator(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     if request.param == "builtin":
         config = EmulatorConfig(min_job_age=1.0, kill_wait=1.0, **common)
     else:
-        slurm = request.getfixturevalue("real_slurm")
-        config = EmulatorConfig(
-            backend="slurmrestd", slurmrestd_url=slurm.url, slurm_user=slurm.user, slurm_token=slurm.token, **common
-        )
+        config = request.getfixturevalue("real_slurm").emulator_config(**common)
     with Emulator(config) as emu:
         yield emu
 
