@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -37,11 +38,17 @@ def test_needs_debian(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to switch to nobody")
 def test_slurm_up_refuses_non_root_clearly() -> None:
+    # run a copy the nobody user can read: the checkout may sit where only root may enter (/root)
+    readable = Path(tempfile.mkdtemp())
+    readable.chmod(0o755)
+    script = shutil.copy(real_slurm.SLURM_UP, readable / "slurm-up.sh")
+    Path(script).chmod(0o755)
     result = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(real_slurm.SLURM_UP)],
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(script)],
         capture_output=True,
         text=True,
         timeout=30,
     )
+    shutil.rmtree(readable)
     assert result.returncode == 1
     assert "must run as root" in result.stderr
