@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Self
 
@@ -10,8 +11,8 @@ import aiohttp
 from airflow_provider_slurmapi.client.base import ClientBase
 from airflow_provider_slurmapi.client.cluster import ClusterRef
 from airflow_provider_slurmapi.client.envelope import SlurmReply, SlurmRequest, read_reply
-from airflow_provider_slurmapi.client.errors import TransportError, UnauthenticatedError
-from airflow_provider_slurmapi.client.operations import Operation
+from airflow_provider_slurmapi.client.errors import SlurmJobApiError, TransportError, UnauthenticatedError
+from airflow_provider_slurmapi.client.operations import Operation, Pause
 
 # Returns a valid access token; with force=True it must fetch a new one.
 TokenSource = Callable[[bool], Awaitable[str]]
@@ -52,9 +53,18 @@ class AsyncSlurmJobApiClient(ClientBase):
 
     async def _run(self, operation: Operation) -> Any:
         try:
-            request = next(operation)
+            step = next(operation)
             while True:
-                request = operation.send(await self._send(request))
+                if isinstance(step, Pause):
+                    await asyncio.sleep(step.seconds)
+                    step = operation.send(None)
+                    continue
+                try:
+                    reply = await self._send(step)
+                except SlurmJobApiError as error:
+                    step = operation.throw(error)  # the operation may reconcile; else it re-raises
+                else:
+                    step = operation.send(reply)
         except StopIteration as done:
             return done.value
 

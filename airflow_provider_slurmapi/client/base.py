@@ -30,9 +30,39 @@ class ClientBase:
     def _run(self, operation: Operation) -> Any:
         raise NotImplementedError
 
-    def submit_job(self, job: dict[str, Any], script: str) -> Any:
-        """Submit a batch job; the result is the new job's ID (a string)."""
-        return self._run(operations.submit_job(self.paths, job, script))
+    def submit_job(self, job: dict[str, Any], script: str, *, key: str | None = None) -> Any:
+        """Submit a batch job; the result is the new job's ID (a string).
+
+        With a ``key`` the job carries it in its comment, and a submit whose reply was lost is
+        reconciled through the key instead of being sent again blindly.
+        """
+        return self._run(operations.submit_job(self.paths, job, script, key=key, retry=self.retry))
+
+    def submit_once(
+        self,
+        job: dict[str, Any],
+        script: str,
+        key: str,
+        *,
+        known_job_id: str | None = None,
+        adopt_completed: bool = False,
+    ) -> Any:
+        """Reattach to, adopt, or submit the job of ``key``; the result is a ``Submission``."""
+        return self._run(
+            operations.submit_once(
+                self.paths,
+                job,
+                script,
+                key,
+                known_job_id=known_job_id,
+                adopt_completed=adopt_completed,
+                retry=self.retry,
+            )
+        )
+
+    def find_job_by_key(self, key: str, name: str | None = None) -> Any:
+        """The newest job carrying ``key`` (``JobStatus``), or None."""
+        return self._run(operations.find_job_by_key(self.paths, key, name))
 
     def get_job(self, job_id: str | int) -> Any:
         """The job's ``JobStatus``, from the live queue or, once it left it, from accounting."""

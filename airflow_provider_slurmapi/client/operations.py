@@ -1,30 +1,43 @@
 """What each API operation sends and how it reads the answers, without doing any I/O.
 
-Each operation is a generator: it yields a ``SlurmRequest``, receives the ``SlurmReply`` and
-finally returns its result. The sync and async clients drive the same generators, so they
-differ only in how bytes travel.
+Each operation is a generator: it yields a ``SlurmRequest`` and receives the ``SlurmReply`` (or
+has the request's error thrown into it), may yield a ``Pause``, and finally returns its result.
+The sync and async clients drive the same generators, so they differ only in how bytes travel
+and how they wait.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_slurmapi.client.durable import Submission, base_job_id, carries_key, with_key
 from airflow_provider_slurmapi.client.envelope import SlurmReply, SlurmRequest
 from airflow_provider_slurmapi.client.errors import (
     InvalidRequestError,
     JobNotFoundError,
     SlurmError,
     SlurmErrorDetail,
+    SlurmJobApiError,
 )
 from airflow_provider_slurmapi.client.jobs import JobStatus, select_job
 from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION, SlurmPaths, validate_job_id
+from airflow_provider_slurmapi.client.retry import NO_RETRY, RetryPolicy
 from airflow_provider_slurmapi.client.validation import validate_job_description
 
 log = logging.getLogger(__name__)
 
-Operation = Generator[SlurmRequest, SlurmReply, Any]
+
+@dataclass(frozen=True)
+class Pause:
+    """Yielded by an operation that must wait before its next request."""
+
+    seconds: float
+
+
+Operation = Generator["SlurmRequest | Pause", "SlurmReply | None", Any]
 
 # slurmrestd refuses a submit without these (errors 2019 and 2063); documented defaults.
 DEFAULT_ENVIRONMENT = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
@@ -54,8 +67,35 @@ def submission_body(job: dict[str, Any], script: str, api_version: str = DEFAULT
     return {"job": job, "script": script}
 
 
-def submit_job(paths: SlurmPaths, job: dict[str, Any], script: str) -> Operation:
-    reply = yield SlurmRequest("POST", paths.submit(), submission_body(job, script, paths.api_version))
+def submit_job(
+    paths: SlurmPaths, job: dict[str, Any], script: str, *, key: str | None = None, retry: RetryPolicy = NO_RETRY
+) -> Operation:
+    """Submit a batch job and return its ID.
+
+    With a ``key`` (put in the job's comment), a submit that failed in a way that may hide a job
+    Slurm created (reply lost, 503, reset) is reconciled: the job is looked up by its key and
+    adopted if found, and only if it is not is the submit sent again, after a pause.
+    """
+    body = submission_body(with_key(job, key) if key else job, script, paths.api_version)
+    attempts = retry.max_attempts if key else 1
+    for attempt in range(1, attempts + 1):
+        try:
+            reply = yield SlurmRequest("POST", paths.submit(), body)
+        except SlurmJobApiError as error:
+            if not error.retryable or attempt == attempts:
+                raise
+            log.warning("Submit failed (%s); looking for the job by its key before submitting again", error)
+            found = yield from find_job_by_key(paths, key or "", body["job"].get("name"))
+            if found is not None:
+                log.info("The submit had reached Slurm: %s", found.describe())
+                return found.job_id
+            yield Pause(retry.pause(attempt))
+            continue
+        return _submitted_job_id(reply, paths)
+    raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+def _submitted_job_id(reply: SlurmReply, paths: SlurmPaths) -> str:
     job_id = reply.body.get("job_id")
     if job_id is None:
         # Real slurmrestd does this when it coerced a bad field: the job may exist without an ID.
@@ -70,6 +110,59 @@ def submit_job(paths: SlurmPaths, job: dict[str, Any], script: str) -> Operation
         ] or [SlurmErrorDetail(None, "no job_id in the reply; the job may have been submitted", "", "")]
         raise SlurmError(reply.status, details, path=paths.submit())
     return str(job_id)
+
+
+def find_job_by_key(paths: SlurmPaths, key: str, name: str | None = None) -> Operation:
+    """The newest job carrying ``key``: from the live queue, else from accounting; or None.
+
+    Accounting is asked for jobs of the same ``name`` (the key itself cannot be queried).
+    """
+    reply = yield SlurmRequest("GET", paths.jobs())
+    keyed = [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []]
+    keyed = [job for job in keyed if carries_key(job, key)]
+    if not keyed:
+        reply = yield SlurmRequest("GET", paths.accounting_jobs(name))
+        keyed = [job for job in map(JobStatus.from_slurmdb, reply.body.get("jobs") or []) if carries_key(job, key)]
+    if not keyed:
+        return None
+    newest = max({base_job_id(job.job_id) for job in keyed}, key=int)
+    return (yield from get_job(paths, newest))
+
+
+def submit_once(
+    paths: SlurmPaths,
+    job: dict[str, Any],
+    script: str,
+    key: str,
+    *,
+    known_job_id: str | None = None,
+    adopt_completed: bool = False,
+    retry: RetryPolicy = NO_RETRY,
+) -> Operation:
+    """Submit the job unless an earlier attempt's job (with the same key) makes that wrong.
+
+    A job still pending or running is reattached; one that completed successfully is adopted when
+    ``adopt_completed``; one that failed or was cancelled is submitted anew. ``known_job_id`` (an
+    ID recorded by an earlier attempt) saves the search.
+    """
+    body = submission_body(with_key(job, key), script, paths.api_version)  # bad input fails first
+    previous = None
+    if known_job_id:
+        try:
+            previous = yield from get_job(paths, known_job_id)
+        except JobNotFoundError:
+            previous = None
+    if previous is None or not previous.is_active:
+        # a newer job of this key may exist if the recorded ID was not the last one
+        previous = (yield from find_job_by_key(paths, key, body["job"].get("name"))) or previous
+    if previous is not None and previous.is_active:
+        return Submission(previous.job_id, "reattached", previous)
+    if previous is not None and previous.is_success and adopt_completed:
+        return Submission(previous.job_id, "adopted", previous)
+    if previous is not None:
+        log.info("An earlier attempt's job will not be reused: %s", previous.describe())
+    job_id = yield from submit_job(paths, job, script, key=key, retry=retry)
+    return Submission(job_id, "submitted")
 
 
 def get_job(paths: SlurmPaths, job_id: object) -> Operation:

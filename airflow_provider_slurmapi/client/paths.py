@@ -68,5 +68,9 @@ class SlurmPaths:
     def accounting_job(self, job_id: object) -> str:
         return f"/slurmdb/{self.api_version}/job/{validate_job_id(job_id)}"
 
+    def accounting_jobs(self, name: str | None = None) -> str:
+        path = f"/slurmdb/{self.api_version}/jobs/"
+        return f"{path}?{urlencode({'job_name': name})}" if name else path
+
     def ping(self) -> str:
         return f"/slurm/{self.api_version}/ping"

@@ -6,6 +6,7 @@ blindly, since a lost reply may hide a job that Slurm already created.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,10 @@ class RetryPolicy:
             max_attempts=_bounded("retry_attempts", attempts, defaults.max_attempts, 1, 20, whole=True),
             max_elapsed=_bounded("retry_max_seconds", max_seconds, defaults.max_elapsed, 0, 3600, whole=False),
         )
+
+    def pause(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1, 2...), with full jitter."""
+        return random.uniform(0, min(self.max_wait, self.initial_wait * 2 ** (attempt - 1)))
 
     def _arguments(self) -> dict:
         return {

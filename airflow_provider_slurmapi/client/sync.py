@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import requests
@@ -9,8 +10,8 @@ import requests
 from airflow_provider_slurmapi.client.base import ClientBase
 from airflow_provider_slurmapi.client.cluster import ClusterRef
 from airflow_provider_slurmapi.client.envelope import SlurmReply, SlurmRequest, read_reply
-from airflow_provider_slurmapi.client.errors import TransportError
-from airflow_provider_slurmapi.client.operations import Operation
+from airflow_provider_slurmapi.client.errors import SlurmJobApiError, TransportError
+from airflow_provider_slurmapi.client.operations import Operation, Pause
 
 
 class SlurmJobApiClient(ClientBase):
@@ -22,9 +23,18 @@ class SlurmJobApiClient(ClientBase):
 
     def _run(self, operation: Operation) -> Any:
         try:
-            request = next(operation)
+            step = next(operation)
             while True:
-                request = operation.send(self._send(request))
+                if isinstance(step, Pause):
+                    time.sleep(step.seconds)
+                    step = operation.send(None)
+                    continue
+                try:
+                    reply = self._send(step)
+                except SlurmJobApiError as error:
+                    step = operation.throw(error)  # the operation may reconcile; else it re-raises
+                else:
+                    step = operation.send(reply)
         except StopIteration as done:
             return done.value
 

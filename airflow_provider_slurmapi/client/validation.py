@@ -44,10 +44,13 @@ def validate_job_description(job: dict[str, Any], api_version: str) -> None:
         )
     description = error.schema.get("description") or _property_description(schema, error.absolute_path)
     hint = f" ({description})" if description else ""
-    message = error.message
+    shown = repr(error.instance)
+    if list(error.absolute_path)[:1] == ["environment"]:
+        shown = f"a {type(error.instance).__name__} (value hidden: environment values may be secrets)"
+    message = error.message.replace(repr(error.instance), shown)
     if error.validator == "anyOf":
         allowed = " or ".join(_shape(option, schema) for option in error.validator_value)
-        message = f"{error.instance!r} is not allowed; expected {allowed}"
+        message = f"{shown} is not allowed; expected {allowed}"
     raise InvalidRequestError(field, f"{message}{hint}")
 
 

@@ -10,5 +10,25 @@ with Emulator(EmulatorConfig(seconds_per_minute=2.0)) as emu:
 
 from airflow_provider_slurmapi.emulator.backend import BuiltinBackend, SlurmBackend, SlurmRequest
 from airflow_provider_slurmapi.emulator.emulator import Emulator, EmulatorConfig
+from airflow_provider_slurmapi.emulator.faults import (
+    FAULT_HEADER,
+    FAULT_KINDS,
+    FaultInjector,
+    FaultPlan,
+    FaultRecord,
+    ScriptedFault,
+)
 
-__all__ = ["BuiltinBackend", "Emulator", "EmulatorConfig", "SlurmBackend", "SlurmRequest"]
+__all__ = [
+    "FAULT_HEADER",
+    "FAULT_KINDS",
+    "BuiltinBackend",
+    "Emulator",
+    "EmulatorConfig",
+    "FaultInjector",
+    "FaultPlan",
+    "FaultRecord",
+    "ScriptedFault",
+    "SlurmBackend",
+    "SlurmRequest",
+]

@@ -3,6 +3,10 @@
 Every flag has an environment variable ``SLURM_JOB_API_EMULATOR_<FLAG>`` (e.g.
 ``SLURM_JOB_API_EMULATOR_PORT``); flags win over variables. Repeatable flags take a
 comma-separated list in their variable.
+
+Faults (see ``faults.py``): ``--fault-rate 0.1 --fault-kinds unavailable:3,reset_after --fault-seed 1``
+fails about one call in ten; ``--fault-script FILE`` fails chosen calls. Any call can also force one
+with the request header ``X-Emulator-Fault: <kind>``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import threading
 from collections.abc import Sequence
 
 from airflow_provider_slurmapi.emulator.emulator import BACKENDS, Emulator, EmulatorConfig
+from airflow_provider_slurmapi.emulator.faults import FAULT_HEADER, FAULT_KINDS, FaultPlan, load_script
 
 ENV_PREFIX = "SLURM_JOB_API_EMULATOR_"
 DEFAULT_PROJECT, DEFAULT_REGION, DEFAULT_CLUSTER = "test-project", "us-central1", "test-cluster"
@@ -65,7 +70,57 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slurm-user", default=_env("SLURM_USER"), help="sent as X-SLURM-USER-NAME")
     # a token on the command line shows up in ps: prefer the environment variable
     p.add_argument("--slurm-token", default=_env("SLURM_TOKEN"), help="Slurm JWT sent as X-SLURM-USER-TOKEN")
+    _add_fault_arguments(p)
     return p
+
+
+def _add_fault_arguments(p: argparse.ArgumentParser) -> None:
+    # string defaults from the environment go through type= too, so bad values are parser errors
+    faults = p.add_argument_group("faults", "inject failures like Google's front end and the network")
+    faults.add_argument("--fault-rate", type=float, default=_env("FAULT_RATE"), help="0..1: share of calls that fail")
+    faults.add_argument(
+        "--fault-kinds",
+        default=_env("FAULT_KINDS"),
+        help=f"comma-separated, optionally kind:weight; default all of {','.join(FAULT_KINDS)}",
+    )
+    faults.add_argument("--fault-seed", type=int, default=_env("FAULT_SEED"), help="makes a run reproducible")
+    faults.add_argument("--fault-latency", type=float, default=_env("FAULT_LATENCY"), help="seconds (default 2)")
+    faults.add_argument("--fault-methods", default=_env("FAULT_METHODS"), help="only these Slurm methods, e.g. POST")
+    faults.add_argument("--fault-paths", default=_env("FAULT_PATHS"), help="only Slurm paths matching this regex")
+    faults.add_argument("--fault-script", default=_env("FAULT_SCRIPT"), help="JSON list of {kind, method, path, times}")
+
+
+def parse_kinds(text: str) -> tuple[str, ...] | dict[str, float]:
+    """``unavailable,reset_after`` (equal weights) or ``unavailable:3,reset_after:1``."""
+    kinds: dict[str, float] = {}
+    weighted = False
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        kind, sep, weight = item.partition(":")
+        weighted = weighted or bool(sep)
+        try:
+            kinds[kind.strip()] = float(weight) if sep else 1.0
+        except ValueError as exc:
+            raise ValueError(
+                f"--fault-kinds: {item!r} has a weight that is not a number; allowed: kind:weight"
+            ) from exc
+    return kinds if weighted else tuple(kinds)
+
+
+def _fault_plan(args: argparse.Namespace) -> FaultPlan | None:
+    """A plan as soon as any --fault-* setting but the script is given."""
+    names = ("fault_rate", "fault_kinds", "fault_seed", "fault_latency", "fault_methods", "fault_paths")
+    if all(getattr(args, name) is None for name in names):
+        return None
+    plan: dict[str, object] = {"rate": args.fault_rate or 0.0, "seed": args.fault_seed, "paths": args.fault_paths}
+    if args.fault_kinds is not None:
+        plan["kinds"] = parse_kinds(args.fault_kinds)
+    if args.fault_latency is not None:
+        plan["latency"] = args.fault_latency
+    if args.fault_methods is not None:
+        plan["methods"] = tuple(m.strip() for m in args.fault_methods.split(",") if m.strip())
+    return FaultPlan(**plan)  # type: ignore[arg-type]
 
 
 def _clusters(args: argparse.Namespace) -> tuple[tuple[str, str, str], ...]:
@@ -114,6 +169,8 @@ def config_from_args(argv: Sequence[str] | None = None) -> EmulatorConfig:
             slurmrestd_url=args.slurmrestd_url,
             slurm_user=args.slurm_user,
             slurm_token=args.slurm_token,
+            faults=_fault_plan(args),
+            fault_script=load_script(args.fault_script) if args.fault_script else (),
         )
     except ValueError as exc:  # e.g. a backend or URL given by environment variable, which argparse does not check
         parser.error(str(exc))
@@ -132,6 +189,13 @@ def describe(emu: Emulator) -> list[str]:
         lines.append(f"Backend: {emu.config.backend}")
     for project, region, cluster in emu.config.clusters:
         lines.append(f"Cluster: project={project} region={region} cluster={cluster}")
+    if emu.config.faults is not None:
+        lines.append(f"Faults: {emu.config.faults.summary()}")
+    if emu.config.fault_script:
+        kinds = ", ".join(f"{entry.kind} x{entry.times}" for entry in emu.config.fault_script)
+        lines.append(f"Fault script: {kinds}")
+    if emu.config.faults is not None or emu.config.fault_script:
+        lines.append(f"Faults per call: header {FAULT_HEADER}: <kind>")
     project, region, cluster = emu.config.clusters[0]
     conn = {
         "conn_type": "slurm_job_api",

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from airflow_provider_slurmapi.emulator import auth
 from airflow_provider_slurmapi.emulator.backend import BuiltinBackend, SlurmBackend
+from airflow_provider_slurmapi.emulator.faults import FaultInjector, FaultPlan, ScriptedFault
 from airflow_provider_slurmapi.emulator.server import ClusterKey, ServerState, make_app
 from airflow_provider_slurmapi.emulator.slurmrestd import SlurmrestdBackend
 
@@ -39,6 +40,8 @@ class EmulatorConfig:
     slurmrestd_url: str | None = None  # e.g. http://slurm-head:6820 (slurmrestd backend only)
     slurm_user: str | None = None  # X-SLURM-USER-NAME (slurmrestd backend only)
     slurm_token: str | None = field(default=None, repr=False)  # X-SLURM-USER-TOKEN, a Slurm JWT
+    faults: FaultPlan | None = None  # random faults for the whole run (Emulator.faults changes them later)
+    fault_script: tuple[ScriptedFault, ...] = ()  # faults for chosen calls, in order
 
     def __post_init__(self) -> None:
         if self.reply_shape not in ("structured", "body"):
@@ -54,6 +57,15 @@ class EmulatorConfig:
                 raise ValueError(f"backend 'slurmrestd' needs {', '.join(missing)}")
             if not str(self.slurmrestd_url).startswith(("http://", "https://")):
                 raise ValueError(f"slurmrestd_url must be an http(s) URL, not {self.slurmrestd_url!r}")
+        self._check_faults()
+
+    def _check_faults(self) -> None:
+        if self.faults is not None and not isinstance(self.faults, FaultPlan):
+            raise ValueError(f"faults: {self.faults!r} is not a FaultPlan; allowed: a FaultPlan or None")
+        object.__setattr__(self, "fault_script", tuple(self.fault_script))  # a list would make the config unhashable
+        for entry in self.fault_script:
+            if not isinstance(entry, ScriptedFault):
+                raise ValueError(f"fault_script: {entry!r} is not a ScriptedFault; allowed: ScriptedFault entries")
 
 
 def make_backend(config: EmulatorConfig, key: ClusterKey, state_dir: Path) -> SlurmBackend:
@@ -87,6 +99,8 @@ class Emulator:
         self.backends: dict[ClusterKey, SlurmBackend] = {}
         self.key_file: Path | None = None
         self.service_account_info: dict[str, Any] = {}
+        # change it at any time, from any thread: set_plan(), script(), clear(); read injected/log/calls
+        self.faults = FaultInjector(self.config.faults, self.config.fault_script)
 
     # --- public ---------------------------------------------------------------------------------
 
@@ -190,6 +204,7 @@ class Emulator:
             token_uri=lambda: self.token_uri,
             reply_shape=self.config.reply_shape,
             denied_principals=frozenset(self.config.denied_principals),
+            faults=self.faults,
         )
         self._runner = web.AppRunner(make_app(state), access_log=None)
         await self._runner.setup()

@@ -3,14 +3,18 @@
 It does what Google's front end does before a call reaches the cluster (bearer token, cluster
 lookup, IAM, size and argument checks, error envelopes) and wraps the backend's answer as
 ``{"status": ..., "structuredBody": ...}`` (or the older ``{"status": ..., "body": "<json>"}``); a
-text/plain answer of slurmrestd is always ``{"status": ..., "body": "<text>"}``.
+text/plain answer of slurmrestd is always ``{"status": ..., "body": "<text>"}``. A valid call may
+get an injected fault instead (see ``faults.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
+import socket
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +24,7 @@ from aiohttp import web
 
 from airflow_provider_slurmapi.emulator import auth
 from airflow_provider_slurmapi.emulator.backend import BackendUnavailable, SlurmBackend, SlurmRequest
+from airflow_provider_slurmapi.emulator.faults import FAULT_HEADER, FaultInjector
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +46,7 @@ _GOOGLE_STATUS = {
     403: "PERMISSION_DENIED",
     404: "NOT_FOUND",
     405: "UNIMPLEMENTED",
+    429: "RESOURCE_EXHAUSTED",
     500: "INTERNAL",
     503: "UNAVAILABLE",
 }
@@ -59,9 +65,15 @@ class ServerState:
     token_uri: Callable[[], str]  # known only once the port is bound
     reply_shape: str = "structured"
     denied_principals: frozenset[str] = field(default_factory=frozenset)
+    faults: FaultInjector = field(default_factory=FaultInjector)
 
 
 STATE_KEY: web.AppKey[ServerState] = web.AppKey("emulator_state", ServerState)
+
+UNAUTHENTICATED_MESSAGE = (
+    "Request had invalid authentication credentials. Expected OAuth 2 access "
+    "token, login cookie or other valid authentication credential."
+)
 
 
 def google_error(code: int, message: str) -> web.Response:
@@ -111,11 +123,7 @@ async def call_slurm_rest_api(request: web.Request) -> web.Response:
         return google_error(405, f"Method {request.method} is not allowed; callSlurmRestApi takes POST.")
     principal = _principal(request, state)
     if principal is None:
-        return google_error(
-            401,
-            "Request had invalid authentication credentials. Expected OAuth 2 access "
-            "token, login cookie or other valid authentication credential.",
-        )
+        return google_error(401, UNAUTHENTICATED_MESSAGE)
     key: ClusterKey = (match["project"], match["region"], match["cluster"])
     resource = f"projects/{key[0]}/locations/{key[1]}/modelDevelopmentClusters/{key[2]}"
     backend = state.backends.get(key)
@@ -163,6 +171,34 @@ async def call_slurm_rest_api(request: web.Request) -> web.Response:
         body=body if SLURM_METHODS[method] in ("POST", "PUT", "PATCH") else None,
         principal=principal,
     )
+    return await _answer_with_faults(request, state, backend, slurm_request, resource)
+
+
+async def _answer_with_faults(
+    request: web.Request, state: ServerState, backend: SlurmBackend, call: SlurmRequest, resource: str
+) -> web.Response:
+    try:
+        fault = state.faults.pick(call.method, call.path, request.headers.get(FAULT_HEADER))
+    except ValueError as exc:  # an unknown kind in the header
+        return google_error(400, str(exc))
+    if fault is None:
+        return await _answer(state, backend, call, resource)
+    log.info("injecting fault %s on %s %s", fault, call.method, call.path)
+    if fault == "latency":
+        await asyncio.sleep(state.faults.latency)
+    elif fault == "reset_before":
+        return _reset_connection(request)
+    elif fault in _FAULT_REPLIES:
+        return _FAULT_REPLIES[fault]()
+    response = await _answer(state, backend, call, resource)
+    # reset_after: the backend has finished (a submitted job exists), only the reply is lost
+    return _reset_connection(request) if fault == "reset_after" else response
+
+
+async def _answer(
+    state: ServerState, backend: SlurmBackend, slurm_request: SlurmRequest, resource: str
+) -> web.Response:
+    principal, path = slurm_request.principal, slurm_request.path
     try:
         status, reply = await backend.handle(slurm_request)
     except BackendUnavailable as exc:
@@ -174,6 +210,44 @@ async def call_slurm_rest_api(request: web.Request) -> web.Response:
     if state.reply_shape == "body":
         return web.json_response({"status": status, "body": json.dumps(reply)})
     return web.json_response({"status": status, "structuredBody": reply})
+
+
+def _load_balancer_error(code: int, reason: str) -> web.Response:
+    """Google's front end answers some failures itself, with an HTML page instead of an error envelope."""
+    page = (
+        "<!DOCTYPE html>\n<html lang=en>\n  <meta charset=utf-8>\n"
+        f"  <title>Error {code} ({reason})!!1</title>\n"
+        f"  <p><b>{code}.</b> <ins>That\u2019s an error.</ins>\n"
+        "  <p>The server encountered a temporary error and could not complete your request."
+        "<p>Please try again in 30 seconds.  <ins>That\u2019s all we know.</ins>\n"
+    )
+    return web.Response(status=code, text=page, content_type="text/html")
+
+
+_FAULT_REPLIES: dict[str, Callable[[], web.Response]] = {
+    "unavailable": lambda: google_error(503, "The service is currently unavailable."),
+    "resource_exhausted": lambda: google_error(429, "Resource has been exhausted (e.g. check quota)."),
+    "internal": lambda: google_error(500, "Internal error encountered."),
+    "bad_gateway": lambda: _load_balancer_error(502, "Server Error"),
+    "gateway_timeout": lambda: _load_balancer_error(504, "Gateway Timeout"),
+    # Google may reject a token the emulator itself would accept: same reply as for a bad token
+    "token_rejected": lambda: google_error(401, UNAUTHENTICATED_MESSAGE),
+}
+
+
+def _reset_connection(request: web.Request) -> web.Response:
+    """Drop the connection with a TCP RST and no reply, as a failing network or proxy does.
+
+    SO_LINGER 0 turns close() into a reset. The transport is closing, so aiohttp cannot write the
+    returned response: it takes the failed write for a client that went away and sends nothing.
+    """
+    transport = request.transport
+    if transport is not None:
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+    return web.Response(status=499)  # never sent
 
 
 async def _start_backends(app: web.Application) -> None:

@@ -19,6 +19,7 @@ from google.auth.transport.requests import AuthorizedSession
 
 from airflow_provider_slurmapi.client.aio import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.client.cluster import ClusterRef
+from airflow_provider_slurmapi.client.durable import Submission
 from airflow_provider_slurmapi.client.errors import InvalidArgumentError, JobNotFoundError, SlurmJobApiError
 from airflow_provider_slurmapi.client.jobs import LOST_JOB_GRACE, JobStatus, MissingJobWatch
 from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION, validate_api_version
@@ -99,9 +100,25 @@ class SlurmJobApiHook(GoogleBaseHook):
     def client(self) -> SlurmJobApiClient:
         return self.get_client()
 
-    def submit_job(self, job: dict[str, Any], script: str) -> str:
-        """Submit a batch job and return its ID."""
-        return self.client.submit_job(job, script)
+    def submit_job(self, job: dict[str, Any], script: str, *, key: str | None = None) -> str:
+        """Submit a batch job and return its ID; with a ``key``, a lost reply is reconciled through it."""
+        return self.client.submit_job(job, script, key=key)
+
+    def submit_once(
+        self,
+        job: dict[str, Any],
+        script: str,
+        key: str,
+        *,
+        known_job_id: str | None = None,
+        adopt_completed: bool = False,
+    ) -> Submission:
+        """Reattach to the job of ``key`` if active, adopt it if completed and allowed, else submit."""
+        return self.client.submit_once(job, script, key, known_job_id=known_job_id, adopt_completed=adopt_completed)
+
+    def find_job_by_key(self, key: str, name: str | None = None) -> JobStatus | None:
+        """The newest job carrying ``key`` in its comment, from the live queue or accounting."""
+        return self.client.find_job_by_key(key, name)
 
     def get_job(self, job_id: str | int) -> JobStatus:
         """The job's status from the live queue, or from accounting once it left the queue."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowException, BaseOperator, conf
 
+from airflow_provider_slurmapi.client.durable import submission_key
 from airflow_provider_slurmapi.client.jobs import JobStatus
 
 if TYPE_CHECKING:
@@ -21,6 +22,12 @@ if TYPE_CHECKING:
     from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 
 DEFAULT_CONN_ID = "slurm_job_api_default"
+
+# Where Airflow 3.3+'s task state store keeps the job ID for the next try (XCom is cleared).
+STATE_STORE_KEY = "slurm_job_id"
+
+# When a finished, successful job of an earlier try may stand for this try's job.
+REUSE_COMPLETED_JOB = ("on_retry", "always", "never")
 
 
 # Templated connection and cluster arguments shared by every operator and the sensor.
@@ -76,16 +83,26 @@ class SlurmJobApiMixin:
         return SlurmJobApiHook(**self.hook_kwargs)
 
     def defer_until_finished(
-        self, job_id: str, *, poll_interval: float, timeout: float | None, cancel_on_kill: bool = False
+        self,
+        context: Context,
+        job_id: str,
+        *,
+        poll_interval: float,
+        timeout: float | None,
+        cancel_on_kill: bool = False,
     ) -> None:
-        """Hand the wait to the triggerer; ``execute_complete`` receives the trigger's event."""
+        """Hand the wait to the triggerer; ``execute_complete`` receives the trigger's event.
+
+        The trigger carries the absolute deadline of ``timeout`` and of the task's
+        ``execution_timeout``, which Airflow does not enforce while a task is deferred.
+        """
         from airflow_provider_slurmapi.triggers.job import SlurmJobTrigger
 
         self.defer(  # type: ignore[attr-defined]
             trigger=SlurmJobTrigger(
                 job_id,
                 poll_interval=poll_interval,
-                deadline=time.time() + timeout if timeout else None,
+                deadline=task_deadline(context, timeout, getattr(self, "execution_timeout", None)),
                 hook_kwargs=self.hook_kwargs,
                 cancel_on_kill=cancel_on_kill,
             ),
@@ -93,12 +110,49 @@ class SlurmJobApiMixin:
         )
 
 
+def task_deadline(context: Context, timeout: float | None, execution_timeout: Any) -> float | None:
+    """The earliest of now + ``timeout`` and the task's start + ``execution_timeout`` (epoch s)."""
+    deadlines = []
+    if timeout:
+        deadlines.append(time.time() + timeout)
+    if execution_timeout:
+        start = getattr(context["ti"], "start_date", None)
+        started = start.timestamp() if start else time.time()
+        deadlines.append(started + execution_timeout.total_seconds())
+    return min(deadlines) if deadlines else None
+
+
+def is_automatic_retry(ti: Any, retries: int) -> bool:
+    """Whether this try follows a failed try of the same round, not a user's clear.
+
+    Clearing a task sets ``max_tries`` to the last try number plus ``retries``, so the first try of
+    every round is ``max_tries - retries + 1`` (the rule Airflow itself uses for reschedules).
+    """
+    return ti.try_number > ti.max_tries - (retries or 0) + 1
+
+
+def mask_environment(job: dict[str, Any]) -> None:
+    """Register the job's environment values as secrets: logs and rendered fields show ***."""
+    from airflow.providers.common.compat.sdk import mask_secret
+
+    environment = job.get("environment") if isinstance(job, dict) else None
+    if isinstance(environment, dict):
+        values = [str(value) for value in environment.values()]
+    elif isinstance(environment, list):
+        values = [str(item).partition("=")[2] for item in environment]
+    else:
+        return
+    for value in values:
+        if value:
+            mask_secret(value)
+
+
 def status_from_event(event: dict[str, Any] | None) -> JobStatus:
     """The final status a trigger sent, or the task's failure with the trigger's reason."""
-    if not event or event.get("status") != "finished":
-        event = event or {}
-        raise AirflowException(event.get("message") or f"Slurm job {event.get('job_id')}: no status received")
-    return JobStatus.from_dict(event["job"])
+    event = event or {}
+    if event.get("status") == "finished":
+        return JobStatus.from_dict(event["job"])
+    raise AirflowException(event.get("message") or f"Slurm job {event.get('job_id')}: no status received")
 
 
 class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
@@ -126,6 +180,12 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
     :param timeout: seconds to wait for the job; then the task fails (and the job is cancelled,
         unless ``cancel_on_kill=False``).
     :param cancel_on_kill: cancel the job when the task is killed or times out (default True).
+    :param reuse_completed_job: what a new try does when the job of an earlier try of the same task
+        run (found by the key in its comment) already COMPLETED with exit code 0: ``"on_retry"``
+        (default) takes it as this try's job when the try is an automatic retry, and runs the job
+        again when a user cleared the task; ``"always"`` always takes it; ``"never"`` always runs
+        the job again. A job still pending or running is always reattached, never submitted twice;
+        a failed or cancelled one is always submitted anew.
     """
 
     template_fields: Sequence[str] = ("job", "script", *CONNECTION_TEMPLATE_FIELDS)
@@ -151,9 +211,14 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
         poll_interval: float = 30.0,
         timeout: float | None = None,
         cancel_on_kill: bool = True,
+        reuse_completed_job: str = "on_retry",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if reuse_completed_job not in REUSE_COMPLETED_JOB:
+            allowed = ", ".join(repr(v) for v in REUSE_COMPLETED_JOB)
+            raise ValueError(f"reuse_completed_job must be one of {allowed}, got {reuse_completed_job!r}")
+        self.reuse_completed_job = reuse_completed_job
         self.job = job
         self.script = script
         self.set_connection_arguments(slurm_conn_id, project_id, region, cluster_id, api_version, impersonation_chain)
@@ -169,15 +234,44 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
 
+    def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
+        super().render_template_fields(context, jinja_env)
+        mask_environment(self.job)  # before Airflow stores or logs the rendered fields
+
     def execute(self, context: Context) -> str:
-        self.job_id = self.hook.submit_job(self.job, self.script)
-        self.log.info("Submitted Slurm job %s to cluster %s", self.job_id, self.hook.cluster.cluster_id)
-        context["ti"].xcom_push(key="job_id", value=self.job_id)
+        ti = context["ti"]
+        mask_environment(self.job)
+        key = submission_key(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
+        store = context.get("task_state_store")  # Airflow 3.3+
+        submission = self.hook.submit_once(
+            {"name": ti.task_id, **self.job},
+            self.script,
+            key,
+            known_job_id=store.get(STATE_STORE_KEY) if store is not None else None,
+            adopt_completed=self._may_adopt_completed_job(ti),
+        )
+        self.job_id = submission.job_id
+        if store is not None:
+            store.set(STATE_STORE_KEY, self.job_id)
+        self.log.info(
+            "Slurm job %s on cluster %s: %s (%s)",
+            self.job_id,
+            self.hook.cluster.cluster_id,
+            submission.outcome,
+            key,
+        )
+        ti.xcom_push(key="job_id", value=self.job_id)
+        if submission.status is not None and submission.outcome == "adopted":
+            return self._finish(context, submission.status)
         if not self.wait_for_completion:
             return self.job_id
         if self.deferrable:
             self.defer_until_finished(
-                self.job_id, poll_interval=self.poll_interval, timeout=self.timeout, cancel_on_kill=self.cancel_on_kill
+                context,
+                self.job_id,
+                poll_interval=self.poll_interval,
+                timeout=self.timeout,
+                cancel_on_kill=self.cancel_on_kill,
             )
         try:
             status = self.hook.wait_for_job(self.job_id, poll_interval=self.poll_interval, timeout=self.timeout)
@@ -186,10 +280,13 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
             raise AirflowException(str(error)) from error
         return self._finish(context, status)
 
+    def _may_adopt_completed_job(self, ti: Any) -> bool:
+        if self.reuse_completed_job == "on_retry":
+            return is_automatic_retry(ti, self.retries)
+        return self.reuse_completed_job == "always"
+
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> str:
         self.job_id = (event or {}).get("job_id") or self.job_id
-        if event and event.get("status") == "timeout":
-            self._cancel_after_timeout()
         return self._finish(context, status_from_event(event))
 
     def _finish(self, context: Context, status: JobStatus) -> str:

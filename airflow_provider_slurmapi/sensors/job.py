@@ -54,7 +54,7 @@ class SlurmJobSensor(SlurmJobApiMixin, BaseSensorOperator):
         if not self.deferrable:
             return super().execute(context)
         if not self.poke(context):
-            self.defer_until_finished(str(self.job_id), poll_interval=self.poke_interval, timeout=self.timeout)
+            self.defer_until_finished(context, str(self.job_id), poll_interval=self.poke_interval, timeout=self.timeout)
         return None
 
     def poke(self, context: Context) -> bool:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_slurmapi.client.jobs import LOST_JOB_GRACE
@@ -20,12 +22,14 @@ class SlurmJobTrigger(BaseTrigger):
     from accounting (/slurmdb). Transient API failures are retried with backoff by the client.
 
     :param job_id: the Slurm job to watch.
-    :param deadline: absolute wall-clock time (epoch seconds) after which the trigger gives up.
+    :param deadline: absolute wall-clock time (epoch seconds) after which the trigger gives up,
+        cancelling the job when ``cancel_on_kill``.
     :param poll_interval: seconds between two status reads.
     :param hook_kwargs: ``SlurmJobApiAsyncHook`` arguments (connection ID and cluster overrides).
-    :param cancel_on_kill: cancel the job when a user kills the deferred task (mark failed or
-        success, clear). Airflow 3.3+ calls ``on_kill`` only for such user actions, never when the
-        triggerer stops or hands the trigger to another triggerer.
+    :param cancel_on_kill: cancel the job at the deadline and when a user kills the deferred task
+        (mark failed or success, clear). Airflow 3.3+ calls ``on_kill`` only for such user actions,
+        never when the triggerer stops or hands the trigger over; on older Airflow the trigger
+        cancels only when its task instance is no longer DEFERRED.
     :param lost_grace: seconds a job may be missing from both the live queue and accounting (which
         can lag) before it is declared lost, which fails the task.
     """
@@ -62,6 +66,18 @@ class SlurmJobTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        try:
+            async with contextlib.aclosing(self._watch()) as events:  # closes its HTTP session at once
+                async for event in events:
+                    yield event
+        except asyncio.CancelledError:
+            # Airflow < 3.3 has no on_kill for triggers: tell a user's kill from a triggerer stop
+            # by the task's state, the way the Google provider's BigQuery trigger does.
+            if self.cancel_on_kill and not AIRFLOW_V_3_3_PLUS and await self._task_left_deferred():
+                await self._cancel("Task killed")
+            raise
+
+    async def _watch(self) -> AsyncIterator[TriggerEvent]:
         from airflow_provider_slurmapi.client.errors import JobLostError, JobNotFoundError, SlurmJobApiError
         from airflow_provider_slurmapi.client.jobs import MissingJobWatch
         from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiAsyncHook
@@ -101,20 +117,64 @@ class SlurmJobTrigger(BaseTrigger):
                         last_state = (status.state, status.reason)
                 remaining = None if self.deadline is None else self.deadline - time.time()
                 if remaining is not None and remaining <= 0:
-                    yield self._event("timeout", message=f"Slurm job {self.job_id} did not finish before the deadline")
+                    cancelled = self.cancel_on_kill and await client.cancel_job(self.job_id)
+                    outcome = "; it was cancelled" if cancelled else ""
+                    message = f"Slurm job {self.job_id} did not finish before the task's deadline{outcome}"
+                    yield self._event("timeout", message=message)
                     return
                 await asyncio.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining))
 
     async def on_kill(self) -> None:
         """The user killed the deferred task: cancel its job (a triggerer restart does not come here)."""
-        if not self.cancel_on_kill:
-            return
+        if self.cancel_on_kill:
+            await self._cancel("Task killed")
+
+    async def _cancel(self, why: str) -> None:
         from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiAsyncHook
 
         client = await SlurmJobApiAsyncHook(**self.hook_kwargs).get_client()
         async with client:
             active = await client.cancel_job(self.job_id)
-        self.log.info("Task killed: %s Slurm job %s", "cancelled" if active else "nothing to cancel for", self.job_id)
+        self.log.info("%s: %s Slurm job %s", why, "cancelled" if active else "nothing to cancel for", self.job_id)
+
+    async def _task_left_deferred(self) -> bool:
+        """Whether the task instance is no longer DEFERRED (a user acted on it), on Airflow < 3.3."""
+        from airflow.utils.state import TaskInstanceState
+
+        ti = getattr(self, "task_instance", None)
+        if ti is None:
+            return False
+        try:
+            state = await (_task_state_v3(ti) if AIRFLOW_V_3_0_PLUS else _task_state_v2(ti))
+        except Exception as error:  # unsure: never cancel a job on a guess
+            self.log.warning("Cannot read the state of task %s (%s); not cancelling its job", ti.task_id, error)
+            return False
+        return state != TaskInstanceState.DEFERRED
 
     def _event(self, status: str, **payload: Any) -> TriggerEvent:
         return TriggerEvent({"status": status, "job_id": self.job_id, **payload})
+
+
+async def _task_state_v3(ti: Any) -> str | None:
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+    from asgiref.sync import sync_to_async
+
+    states = await sync_to_async(RuntimeTaskInstance.get_task_states)(
+        dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index
+    )
+    return states[ti.run_id][ti.task_id]
+
+
+async def _task_state_v2(ti: Any) -> str | None:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from asgiref.sync import sync_to_async
+
+    def read() -> str | None:
+        with create_session() as session:
+            row = session.query(TaskInstance.state).filter_by(
+                dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=ti.map_index
+            )
+            return row.scalar()
+
+    return await sync_to_async(read)()

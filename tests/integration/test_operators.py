@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -19,15 +21,21 @@ JOB = {"name": "operator-test", "environment": ["PATH=/usr/bin:/bin"], "current_
 
 
 class RecordingTaskInstance:
-    def __init__(self) -> None:
+    """The task instance attributes the operators read; each one is a new task run (own run_id)."""
+
+    def __init__(self, try_number: int = 1, retries: int = 0, run_id: str | None = None) -> None:
         self.xcom: dict[str, Any] = {}
+        self.dag_id, self.task_id, self.map_index = "operator_tests", "t", -1
+        self.run_id = run_id or f"manual__{uuid.uuid4()}"
+        self.try_number, self.max_tries = try_number, retries
+        self.start_date = None
 
     def xcom_push(self, key: str, value: Any) -> None:
         self.xcom[key] = value
 
 
-def context() -> dict[str, Any]:
-    return {"ti": RecordingTaskInstance()}
+def context(**ti: Any) -> dict[str, Any]:
+    return {"ti": RecordingTaskInstance(**ti)}
 
 
 def submit_op(body: str, **kwargs: Any) -> SlurmSubmitJobOperator:
@@ -108,12 +116,24 @@ def test_deferrable_hands_the_wait_to_the_trigger(slurm_connection: str) -> None
         op.execute_complete(context(), event)
 
 
-def test_trigger_timeout_event_cancels_and_fails(slurm_connection: str) -> None:
-    op = submit_op("sleep 60", wait_for_completion=False)
-    job_id = op.execute(context())
-    with pytest.raises(AirflowException, match="deadline"):
-        op.execute_complete(context(), {"status": "timeout", "job_id": job_id, "message": "missed the deadline"})
-    assert SlurmJobApiHook().wait_for_job(job_id, poll_interval=0.3, timeout=20).state == "CANCELLED"
+def test_trigger_timeout_event_fails_the_task_as_a_timeout(slurm_connection: str) -> None:
+    op = submit_op("exit 0", wait_for_completion=False)
+    message = "Slurm job 1 did not finish before the task's deadline; it was cancelled"
+    with pytest.raises(AirflowException, match="deadline; it was cancelled"):
+        op.execute_complete(context(), {"status": "timeout", "job_id": "1", "message": message})
+
+
+def test_execution_timeout_becomes_the_triggers_deadline(slurm_connection: str) -> None:
+    op = SlurmSubmitJobOperator(
+        task_id="t", job=JOB, script="#!/bin/bash\nsleep 30\n", deferrable=True, timeout=3600,
+        execution_timeout=datetime.timedelta(seconds=90),
+    )  # fmt: skip
+    ctx = context()
+    ctx["ti"].start_date = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=60)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    assert deferred.value.trigger.deadline == pytest.approx(time.time() + 30, abs=3)  # started 60 s ago
+    SlurmJobApiHook().cancel_job(op.job_id)
 
 
 def test_sensor_pokes_until_success_and_fails_on_failure(slurm_connection: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import types
 from collections.abc import Iterator
 
 import pytest
@@ -73,7 +74,25 @@ async def test_deadline_ends_the_wait(slurm_connection: str) -> None:
     event = await first_event(trigger)
     assert event["status"] == "timeout" and job_id in event["message"]
     assert time.monotonic() - started < 5  # it slept only until the deadline, not a whole interval
-    SlurmJobApiHook(slurm_connection).cancel_job(job_id)
+    assert "cancelled" not in event["message"]  # cancel_on_kill=False: the job is left alone
+    hook = SlurmJobApiHook(slurm_connection)
+    assert hook.get_job(job_id).state == "RUNNING"
+    hook.cancel_job(job_id)
+
+
+async def test_deadline_cancels_the_job(slurm_connection: str) -> None:
+    job_id = submit(slurm_connection, "sleep 60")
+    trigger = SlurmJobTrigger(
+        job_id,
+        poll_interval=10,
+        deadline=time.time() + 1.5,
+        cancel_on_kill=True,
+        hook_kwargs={"slurm_conn_id": slurm_connection},
+    )
+    event = await first_event(trigger)
+    assert event["status"] == "timeout" and event["message"].endswith("it was cancelled")
+    status = SlurmJobApiHook(slurm_connection).wait_for_job(job_id, poll_interval=0.3, timeout=30)
+    assert status.state == "CANCELLED"
 
 
 async def test_unknown_cluster_is_an_error_event(slurm_connection: str) -> None:
@@ -174,4 +193,52 @@ async def test_a_triggerer_restart_never_cancels_the_job(slurm_connection: str) 
         assert hook.get_job(job_id).state == "RUNNING"  # only on_kill cancels; stopping the trigger does not
     await SlurmJobTrigger(job_id, cancel_on_kill=False, hook_kwargs={"slurm_conn_id": slurm_connection}).on_kill()
     assert hook.get_job(job_id).state == "RUNNING"  # cancel_on_kill=False: a kill leaves the job alone
+    hook.cancel_job(job_id)
+
+
+@pytest.mark.parametrize(("task_state", "cancelled"), [("success", True), ("failed", True), ("deferred", False)])
+async def test_before_airflow_3_3_a_stopped_trigger_cancels_only_if_the_task_left_deferred(
+    slurm_connection: str, monkeypatch: pytest.MonkeyPatch, task_state: str, cancelled: bool
+) -> None:
+    # Airflow < 3.3 has no trigger on_kill: a user's kill and a triggerer stop both cancel the
+    # trigger, and only the task's state (no longer DEFERRED after a kill) tells them apart.
+    from airflow_provider_slurmapi.triggers import job as trigger_module
+
+    async def task_state_of(ti: object) -> str:
+        return task_state
+
+    monkeypatch.setattr(trigger_module, "AIRFLOW_V_3_3_PLUS", False)
+    monkeypatch.setattr(trigger_module, "_task_state_v3", task_state_of)
+    monkeypatch.setattr(trigger_module, "_task_state_v2", task_state_of)
+    job_id = submit(slurm_connection, "sleep 120")
+    trigger = SlurmJobTrigger(
+        job_id, poll_interval=0.3, cancel_on_kill=True, hook_kwargs={"slurm_conn_id": slurm_connection}
+    )
+    trigger.task_instance = types.SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=-1)
+    await watch_then_stop(trigger)
+    hook = SlurmJobApiHook(slurm_connection)
+    state = hook.wait_for_job(job_id, poll_interval=0.3, timeout=30).state if cancelled else hook.get_job(job_id).state
+    assert state == ("CANCELLED" if cancelled else "RUNNING")
+    hook.cancel_job(job_id)
+
+
+async def test_before_airflow_3_3_an_unreadable_task_state_never_cancels(
+    slurm_connection: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_provider_slurmapi.triggers import job as trigger_module
+
+    async def unreadable(ti: object) -> str:
+        raise RuntimeError("API server unreachable")
+
+    monkeypatch.setattr(trigger_module, "AIRFLOW_V_3_3_PLUS", False)
+    monkeypatch.setattr(trigger_module, "_task_state_v3", unreadable)
+    monkeypatch.setattr(trigger_module, "_task_state_v2", unreadable)
+    job_id = submit(slurm_connection, "sleep 120")
+    trigger = SlurmJobTrigger(
+        job_id, poll_interval=0.3, cancel_on_kill=True, hook_kwargs={"slurm_conn_id": slurm_connection}
+    )
+    trigger.task_instance = types.SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=-1)
+    await watch_then_stop(trigger)
+    hook = SlurmJobApiHook(slurm_connection)
+    assert hook.get_job(job_id).state == "RUNNING"
     hook.cancel_job(job_id)
