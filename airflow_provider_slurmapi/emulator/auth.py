@@ -123,6 +123,7 @@ class TokenStore:
     def __init__(self, lifetime: float) -> None:
         self.lifetime = lifetime
         self.issued = 0  # how many tokens were handed out, e.g. to see that a client refreshed
+        self.history: list[str] = []  # every token handed out, so tests can look for leaks
         self._tokens: dict[str, IssuedToken] = {}
         self._lock = threading.Lock()
 
@@ -132,6 +133,7 @@ class TokenStore:
         with self._lock:
             self._tokens[token] = IssuedToken(principal, expires_at)
             self.issued += 1
+            self.history.append(token)
         return token
 
     def principal_for(self, token: str) -> str | None:

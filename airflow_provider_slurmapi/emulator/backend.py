@@ -302,7 +302,7 @@ class BuiltinBackend(SlurmBackend):
             if request.method != "GET":
                 return self._bad_method(kind, version, "op_handler_job" if route != "jobs" else "op_handler_jobs")
             if route == "jobs":
-                return self._slurmdb_jobs(version)
+                return self._slurmdb_jobs(version, request.query.get("job_name"))
             return self._slurmdb_job(version, route.removeprefix("job/"))
         kind = "slurmctld"
         if route == "job/submit":
@@ -671,9 +671,12 @@ class BuiltinBackend(SlurmBackend):
         fields = {"jobs": [replies.slurmdb_job(j, self.cluster, now) for j in jobs]}
         return 200, replies.envelope("slurmdbd", version, self.cluster, fields, warnings=warnings)
 
-    def _slurmdb_jobs(self, version: str) -> SlurmAnswer:
+    def _slurmdb_jobs(self, version: str, names: list[str] | None = None) -> SlurmAnswer:
+        """All jobs, or those named in ``job_name`` (comma-separated, like sacct --name)."""
         now = _now()
-        jobs = [replies.slurmdb_job(j, self.cluster, now) for j in sorted(self.jobs.values(), key=lambda j: j.job_id)]
+        wanted = {name for value in names or [] for name in value.split(",") if name}
+        chosen = [j for j in sorted(self.jobs.values(), key=lambda j: j.job_id) if not wanted or j.name in wanted]
+        jobs = [replies.slurmdb_job(j, self.cluster, now) for j in chosen]
         return 200, replies.envelope("slurmdbd", version, self.cluster, {"jobs": jobs})
 
     # --- scheduling and processes ---------------------------------------------------------------

@@ -142,8 +142,9 @@ def mask_environment(job: dict[str, Any]) -> None:
         values = [str(item).partition("=")[2] for item in environment]
     else:
         return
+    shortest = conf.getint("logging", "min_length_masked_secret", fallback=5)  # Airflow ignores shorter
     for value in values:
-        if value:
+        if len(value) >= shortest:
             mask_secret(value)
 
 

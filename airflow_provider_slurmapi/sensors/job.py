@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowSensorTimeout, BaseSensorOperator, conf
 
+from airflow_provider_slurmapi.client.errors import JobNotFoundError
+from airflow_provider_slurmapi.client.jobs import MissingJobWatch
 from airflow_provider_slurmapi.operators.job import (
     CONNECTION_TEMPLATE_FIELDS,
     DEFAULT_CONN_ID,
@@ -49,6 +52,7 @@ class SlurmJobSensor(SlurmJobApiMixin, BaseSensorOperator):
         self.set_connection_arguments(slurm_conn_id, project_id, region, cluster_id, api_version, impersonation_chain)
         self.retry_attempts, self.retry_max_seconds = retry_attempts, retry_max_seconds
         self.deferrable = deferrable
+        self._missing = MissingJobWatch()
 
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
@@ -58,7 +62,14 @@ class SlurmJobSensor(SlurmJobApiMixin, BaseSensorOperator):
         return None
 
     def poke(self, context: Context) -> bool:
-        status = self.hook.get_job(str(self.job_id))
+        try:
+            status = self.hook.get_job(str(self.job_id))
+        except JobNotFoundError:
+            # accounting can lag behind the live queue: fail only once the grace window is over
+            self._missing.missing(str(self.job_id), time.monotonic())
+            self.log.warning("Slurm job %s is in neither queue nor accounting yet; still looking", self.job_id)
+            return False
+        self._missing.found()
         if not status.is_finished:
             self.log.info("%s", status.describe())
             return False

@@ -165,3 +165,14 @@ def test_cancel_operator(slurm_connection: str) -> None:
     assert SlurmCancelJobOperator(task_id="c", job_id=done, poll_interval=0.3).execute(context()) == "COMPLETED"
     with pytest.raises(InvalidRequestError, match="job_id"):
         SlurmCancelJobOperator(task_id="c", job_id="1;rm").execute(context())
+
+
+def test_poking_sensor_waits_out_a_missing_job_then_fails(slurm_connection: str) -> None:
+    from airflow_provider_slurmapi.client.errors import JobLostError
+
+    sensor = SlurmJobSensor(task_id="s", job_id="99999", poke_interval=0.3, deferrable=False)
+    sensor._missing.grace = 1.0
+    assert sensor.poke(context()) is False  # not in the queue nor in accounting: maybe not yet
+    time.sleep(1.1)
+    with pytest.raises(JobLostError, match="99999"):
+        sensor.poke(context())

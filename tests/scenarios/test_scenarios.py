@@ -7,11 +7,15 @@ backend or a real Slurm 24.11 behind the emulator's slurmrestd backend.
 from __future__ import annotations
 
 import time
+import uuid
+from typing import Any
 
 import pytest
 
+from airflow_provider_slurmapi.client.durable import submission_key
 from airflow_provider_slurmapi.client.errors import SlurmError
 from airflow_provider_slurmapi.client.jobs import ExitCode
+from airflow_provider_slurmapi.emulator import ScriptedFault
 from tests.scenarios.conftest import Cluster
 
 pytestmark = pytest.mark.scenario
@@ -191,3 +195,27 @@ def test_bulk_state_query(cluster: Cluster) -> None:
     assert states == {done: ["COMPLETED"], held: ["PENDING"]}  # an unknown ID is simply absent
     assert reply["errors"] == reply["warnings"] == []
     cluster.hook.cancel_job(held)
+
+
+def test_lost_submit_reply_is_reconciled_through_the_key(cluster: Cluster, emulator_backend: Any) -> None:
+    # The submit reaches Slurm and its reply is lost: the client finds the job by its key
+    # (live queue, then accounting by job name) instead of submitting a second one.
+    emulator = emulator_backend[1]
+    name = f"keyed-{uuid.uuid4().hex[:8]}"
+    key = submission_key("scenario_dag", "keyed", name, -1)
+    emulator.faults.script(ScriptedFault("reset_after", method="POST", path="job/submit$"))
+    desc = {"name": name, "current_working_directory": "/tmp", "time_limit": 10, "comment": "from a scenario"}
+    job_id = cluster.hook.submit_job(desc, "#!/bin/bash\ntrue\n", key=key)
+    cluster.submitted.append(job_id)
+    assert emulator.faults.injected["reset_after"] == 1 and not emulator.faults.pending
+    assert cluster.hook.get_job(job_id).comment == f"from a scenario {key}"
+    assert cluster.wait(job_id).state == "COMPLETED"
+    deadline = time.monotonic() + 60
+    while True:  # accounting, asked by job name, knows the job and its comment (it may lag a little)
+        listed = cluster.hook.call("GET", f"/slurmdb/v0.0.42/jobs/?job_name={name}")["jobs"]
+        if listed or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert [(str(j["job_id"]), j["comment"]["job"]) for j in listed] == [(job_id, f"from a scenario {key}")]
+    found = cluster.hook.find_job_by_key(key, name)
+    assert found is not None and (found.job_id, found.state) == (job_id, "COMPLETED")
