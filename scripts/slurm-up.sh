@@ -207,6 +207,8 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=$DBD_PORT
 JobCompType=jobcomp/none
+# keep job comments in accounting: the provider finds an earlier try's job by the key in its comment
+AccountingStoreFlags=job_comment
 # finished jobs leave the live queue ~MinJobAge..MinJobAge+10s after they end
 MinJobAge=$MIN_JOB_AGE
 KillWait=5

@@ -157,3 +157,15 @@ class JobLostError(JobNotFoundError):
         )
         self.job_id = job_id
         self.grace = grace
+
+
+class UnknownJobStateError(SlurmJobApiError):
+    """The job stayed in a state this provider does not know for longer than the grace window."""
+
+    def __init__(self, job_id: str, state: str, grace: float) -> None:
+        super().__init__(
+            f"Slurm job {job_id} has been in state {state!r}, which this provider does not know, for "
+            f"{grace:g} s; its outcome is unknown, so the task fails instead of waiting forever"
+        )
+        self.job_id = job_id
+        self.state = state

@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from airflow_provider_slurmapi.client.errors import JobLostError
+from airflow_provider_slurmapi.client.errors import JobLostError, UnknownJobStateError
 
-# Every other state (PENDING, RUNNING, COMPLETING, a state added by a newer Slurm...) is active.
+# A base state not in either set (a state added by a newer Slurm...) counts as active, for a while.
+ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED"})
 FINISHED_STATES = frozenset(
     {
         "COMPLETED",
@@ -141,6 +142,10 @@ class JobStatus:
     @property
     def is_active(self) -> bool:
         return not self.is_finished
+
+    @property
+    def is_known_state(self) -> bool:
+        return self.state in ACTIVE_STATES or self.state in FINISHED_STATES
 
     @property
     def is_success(self) -> bool:
@@ -284,16 +289,25 @@ LOST_JOB_GRACE = 300.0  # seconds a job may be missing from both queue and accou
 
 @dataclass
 class MissingJobWatch:
-    """Tells a job that accounting has not caught up with yet from one that is gone for good."""
+    """Tells a job that accounting has not caught up with yet from one that is gone for good, and
+    a state a newer Slurm added from one that never ends: polling goes on for ``grace`` seconds."""
 
     grace: float = LOST_JOB_GRACE
     since: float | None = None  # monotonic time of the first read that found the job nowhere
 
     def missing(self, job_id: str, now: float) -> None:
         """Record a read that found nothing; raise ``JobLostError`` once the grace window is over."""
-        self.since = now if self.since is None else self.since
-        if now - self.since >= self.grace:
+        if self._expired(now):
             raise JobLostError(job_id, self.grace)
 
-    def found(self) -> None:
-        self.since = None
+    def seen(self, status: JobStatus, now: float) -> None:
+        """Record a read that found the job; raise ``UnknownJobStateError`` once a state this
+        provider does not know has lasted the whole grace window."""
+        if status.is_known_state:
+            self.since = None
+        elif self._expired(now):
+            raise UnknownJobStateError(status.job_id, status.state, self.grace)
+
+    def _expired(self, now: float) -> bool:
+        self.since = now if self.since is None else self.since
+        return now - self.since >= self.grace

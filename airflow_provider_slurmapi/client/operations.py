@@ -122,7 +122,13 @@ def find_job_by_key(paths: SlurmPaths, key: str, name: str | None = None) -> Ope
     keyed = [job for job in keyed if carries_key(job, key)]
     if not keyed:
         reply = yield SlurmRequest("GET", paths.accounting_jobs(name))
-        keyed = [job for job in map(JobStatus.from_slurmdb, reply.body.get("jobs") or []) if carries_key(job, key)]
+        listed = [JobStatus.from_slurmdb(j) for j in reply.body.get("jobs") or []]
+        keyed = [job for job in listed if carries_key(job, key)]
+        if listed and not any(job.comment for job in listed):
+            log.warning(
+                "Accounting keeps no job comments (slurm.conf needs AccountingStoreFlags=job_comment): "
+                "an earlier try's job that left the live queue cannot be recognised there"
+            )
     if not keyed:
         return None
     newest = max({base_job_id(job.job_id) for job in keyed}, key=int)

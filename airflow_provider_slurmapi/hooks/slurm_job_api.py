@@ -135,7 +135,8 @@ class SlurmJobApiHook(GoogleBaseHook):
         """Poll until the job finishes and return its final status; TimeoutError after ``timeout`` s.
 
         A job missing from both the live queue and accounting is looked for ``lost_grace`` s (accounting
-        can lag) before ``JobLostError``.
+        can lag) before ``JobLostError``; a state this provider does not know is waited out as long
+        before ``UnknownJobStateError``.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         last = None
@@ -148,7 +149,7 @@ class SlurmJobApiHook(GoogleBaseHook):
                 self.log.warning("Slurm job %s is in neither queue nor accounting yet; still looking", job_id)
                 status = JobStatus(job_id=str(job_id), state="UNKNOWN")
             else:
-                missing.found()
+                missing.seen(status, time.monotonic())
             if status.is_finished:
                 return status
             if (status.state, status.reason) != last:

@@ -69,7 +69,7 @@ class SlurmJobSensor(SlurmJobApiMixin, BaseSensorOperator):
             self._missing.missing(str(self.job_id), time.monotonic())
             self.log.warning("Slurm job %s is in neither queue nor accounting yet; still looking", self.job_id)
             return False
-        self._missing.found()
+        self._missing.seen(status, time.monotonic())
         if not status.is_finished:
             self.log.info("%s", status.describe())
             return False

@@ -31,7 +31,7 @@ class SlurmJobTrigger(BaseTrigger):
         never when the triggerer stops or hands the trigger over; on older Airflow the trigger
         cancels only when its task instance is no longer DEFERRED.
     :param lost_grace: seconds a job may be missing from both the live queue and accounting (which
-        can lag) before it is declared lost, which fails the task.
+        can lag), or stay in a state this provider does not know, before the task fails.
     """
 
     def __init__(
@@ -78,7 +78,12 @@ class SlurmJobTrigger(BaseTrigger):
             raise
 
     async def _watch(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_provider_slurmapi.client.errors import JobLostError, JobNotFoundError, SlurmJobApiError
+        from airflow_provider_slurmapi.client.errors import (
+            JobLostError,
+            JobNotFoundError,
+            SlurmJobApiError,
+            UnknownJobStateError,
+        )
         from airflow_provider_slurmapi.client.jobs import MissingJobWatch
         from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiAsyncHook
 
@@ -107,7 +112,11 @@ class SlurmJobTrigger(BaseTrigger):
                     # The client already retried with backoff: keep watching, never lose the job.
                     self.log.warning("Slurm job %s: status unavailable for now: %s", self.job_id, error)
                 else:
-                    missing.found()
+                    try:
+                        missing.seen(status, time.monotonic())
+                    except UnknownJobStateError as unknown:
+                        yield self._event("error", message=str(unknown))
+                        return
                     if status.is_finished:
                         self.log.info("%s", status.describe())
                         yield self._event("finished", job=status.to_dict())

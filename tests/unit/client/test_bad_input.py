@@ -139,6 +139,7 @@ def test_refused_before_sending(action: Callable[[], object], field: str, fragme
     assert message.startswith(f"{field}: ")
     for fragment in fragments:
         assert fragment in message
+    assert "s3cret" not in message  # environment values may be secrets: never repeated in errors
 
 
 @pytest.mark.parametrize(

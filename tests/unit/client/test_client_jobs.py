@@ -532,7 +532,24 @@ def test_missing_job_watch_waits_out_the_grace_window_and_forgets_on_found() -> 
     watch = MissingJobWatch(grace=10)
     watch.missing("7", now=100)
     watch.missing("7", now=109.9)  # accounting may still catch up
-    watch.found()  # it did: the window starts again at the next miss
+    watch.seen(JobStatus("7", "RUNNING"), now=110)  # it did: the window starts again at the next miss
     watch.missing("7", now=200)
     with pytest.raises(JobLostError, match="Slurm job 7 is lost: for 10 s"):
         watch.missing("7", now=210)
+
+
+def test_an_unknown_state_keeps_polling_for_the_grace_window_then_fails() -> None:
+    from airflow_provider_slurmapi.client.errors import UnknownJobStateError
+    from airflow_provider_slurmapi.client.jobs import MissingJobWatch
+
+    strange = JobStatus("8", "HIBERNATING")  # a base state a newer Slurm might add
+    assert (strange.is_known_state, strange.is_active) == (False, True)
+    watch = MissingJobWatch(grace=10)
+    watch.seen(strange, now=100)
+    watch.seen(strange, now=109.9)
+    watch.seen(JobStatus("8", "PENDING"), now=110)  # a known state again: the window restarts
+    watch.seen(strange, now=200)
+    with pytest.raises(UnknownJobStateError, match="Slurm job 8 has been in state 'HIBERNATING'.*for 10 s"):
+        watch.seen(strange, now=210)
+    for state in ("PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "OUT_OF_MEMORY"):
+        watch.seen(JobStatus("8", state), now=1000)  # never raises for a state Slurm 24.11 documents

@@ -1,0 +1,146 @@
+"""Submitting once, without I/O: the key, and the submit operation driven by hand."""
+
+from __future__ import annotations
+
+import datetime
+import types
+from typing import Any
+
+import pytest
+
+from airflow_provider_slurmapi.client import operations
+from airflow_provider_slurmapi.client.durable import base_job_id, submission_key, with_key
+from airflow_provider_slurmapi.client.envelope import SlurmReply, SlurmRequest
+from airflow_provider_slurmapi.client.errors import InvalidArgumentError, TransportError, UnavailableError
+from airflow_provider_slurmapi.client.operations import Pause
+from airflow_provider_slurmapi.client.paths import SlurmPaths
+from airflow_provider_slurmapi.client.retry import RetryPolicy
+from airflow_provider_slurmapi.operators.job import is_automatic_retry, task_deadline
+
+PATHS = SlurmPaths()
+RETRY = RetryPolicy(max_attempts=3, initial_wait=1.0, max_wait=4.0)
+JOB = {"name": "train", "environment": ["PATH=/bin"], "current_working_directory": "/tmp"}
+SCRIPT = "#!/bin/bash\ntrue\n"
+KEY = submission_key("dag", "train", "manual__1", -1)
+
+
+def test_the_key_names_the_task_run_not_the_try() -> None:
+    assert KEY == submission_key("dag", "train", "manual__1", -1) == submission_key("dag", "train", "manual__1", None)
+    assert KEY.startswith("airflow-key=") and len(KEY) == len("airflow-key=") + 24
+    others = {
+        submission_key("dag2", "train", "manual__1", -1),
+        submission_key("dag", "train2", "manual__1", -1),
+        submission_key("dag", "train", "manual__2", -1),
+        submission_key("dag", "train", "manual__1", 0),
+        submission_key("da", "gtrain", "manual__1", -1),  # fields cannot run into each other
+    }
+    assert KEY not in others and len(others) == 5
+
+
+def test_the_key_joins_the_users_comment_once() -> None:
+    assert with_key({}, KEY)["comment"] == KEY
+    assert with_key({"comment": "nightly"}, KEY)["comment"] == f"nightly {KEY}"
+    keyed = with_key({"comment": "nightly"}, KEY)
+    assert with_key(keyed, KEY) == keyed
+    assert with_key({"comment": 5}, KEY) == {"comment": 5}  # the schema check names the bad type
+
+
+@pytest.mark.parametrize(("record", "base"), [("86", "86"), ("86_2", "86"), ("86_[2-3]", "86"), ("90+1", "90")])
+def test_base_job_id(record: str, base: str) -> None:
+    assert base_job_id(record) == base
+
+
+def reply(body: dict[str, Any]) -> SlurmReply:
+    return SlurmReply(200, body)
+
+
+def keyed_job(job_id: int, state: str = "RUNNING") -> dict[str, Any]:
+    return {"job_id": job_id, "job_state": [state], "comment": f"x {KEY}", "name": "train"}
+
+
+def test_a_failed_submit_looks_for_the_key_then_submits_again_after_a_pause() -> None:
+    op = operations.submit_job(PATHS, JOB, SCRIPT, key=KEY, retry=RETRY)
+    first = next(op)
+    assert (first.method, first.path, first.body["job"]["comment"]) == ("POST", PATHS.submit(), KEY)
+    live = op.throw(UnavailableError(503, "UNAVAILABLE", "try later"))
+    assert (live.method, live.path) == ("GET", PATHS.jobs())
+    accounting = op.send(reply({"jobs": [{"job_id": 5, "job_state": ["RUNNING"], "comment": "other"}]}))
+    assert (accounting.method, accounting.path) == ("GET", "/slurmdb/v0.0.42/jobs/?job_name=train")
+    pause = op.send(reply({"jobs": []}))
+    assert isinstance(pause, Pause) and 0 <= pause.seconds <= 1.0
+    again = op.send(None)
+    assert again == first
+    with pytest.raises(StopIteration) as done:
+        op.send(reply({"job_id": 7}))
+    assert done.value.value == "7"
+
+
+def test_a_submit_whose_reply_was_lost_adopts_the_job_it_created() -> None:
+    op = operations.submit_job(PATHS, JOB, SCRIPT, key=KEY, retry=RETRY)
+    next(op)
+    op.throw(TransportError("connection reset by peer"))
+    read = op.send(reply({"jobs": [keyed_job(41, "PENDING"), {"job_id": 42, "job_state": ["RUNNING"]}]}))
+    assert (read.method, read.path) == ("GET", PATHS.job("41"))  # no second POST
+    with pytest.raises(StopIteration) as done:
+        op.send(reply({"jobs": [keyed_job(41, "PENDING")]}))
+    assert done.value.value == "41"
+
+
+def test_a_permanent_error_is_not_retried_nor_reconciled() -> None:
+    op = operations.submit_job(PATHS, JOB, SCRIPT, key=KEY, retry=RETRY)
+    next(op)
+    with pytest.raises(InvalidArgumentError):
+        op.throw(InvalidArgumentError(400, "INVALID_ARGUMENT", "bad path"))
+
+
+def test_the_submit_gives_up_after_its_attempts() -> None:
+    op = operations.submit_job(PATHS, JOB, SCRIPT, key=KEY, retry=RETRY)
+    step: SlurmRequest | Pause = next(op)
+    posts = 0
+    with pytest.raises(UnavailableError):
+        while True:
+            if isinstance(step, Pause):
+                step = op.send(None)
+            elif step.method == "POST":
+                posts += 1
+                step = op.throw(UnavailableError(503, "UNAVAILABLE", "down"))
+            else:
+                step = op.send(reply({"jobs": []}))
+    assert posts == RETRY.max_attempts
+
+
+def test_without_a_key_a_submit_is_never_repeated() -> None:
+    op = operations.submit_job(PATHS, JOB, SCRIPT, retry=RETRY)
+    next(op)
+    with pytest.raises(TransportError):
+        op.throw(TransportError("reset"))
+
+
+@pytest.mark.parametrize(
+    ("try_number", "max_tries", "retries", "automatic"),
+    [
+        (1, 3, 3, False),  # the first try of a run
+        (2, 3, 3, True),  # an automatic retry
+        (4, 3, 3, True),  # the last automatic retry
+        (5, 7, 3, False),  # the first try after a user cleared try 4
+        (6, 7, 3, True),  # a retry after that
+        (1, 0, 0, False),  # no retries configured
+        (2, 1, 0, False),  # cleared once, no retries configured
+    ],
+)
+def test_an_automatic_retry_is_told_from_a_clear(
+    try_number: int, max_tries: int, retries: int, automatic: bool
+) -> None:
+    ti = types.SimpleNamespace(try_number=try_number, max_tries=max_tries)
+    assert is_automatic_retry(ti, retries) is automatic
+
+
+def test_the_deadline_is_the_earlier_of_timeout_and_execution_timeout() -> None:
+    started = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=100)
+    context: Any = {"ti": types.SimpleNamespace(start_date=started)}
+    now = datetime.datetime.now(datetime.UTC).timestamp()
+    assert task_deadline(context, None, None) is None
+    assert task_deadline(context, 50, None) == pytest.approx(now + 50, abs=1)
+    assert task_deadline(context, None, datetime.timedelta(seconds=160)) == pytest.approx(now + 60, abs=1)
+    assert task_deadline(context, 50, datetime.timedelta(seconds=160)) == pytest.approx(now + 50, abs=1)
+    assert task_deadline(context, 500, datetime.timedelta(seconds=160)) == pytest.approx(now + 60, abs=1)
