@@ -68,6 +68,10 @@ class ClientBase:
         """The job's ``JobStatus``, from the live queue or, once it left it, from accounting."""
         return self._run(operations.get_job(self.paths, job_id))
 
+    def job_states(self, job_ids: list[str]) -> Any:
+        """``{record_id: [state, flags...]}`` of many jobs in as few calls as fit; absent if unknown."""
+        return self._run(operations.job_states(self.paths, job_ids))
+
     def list_jobs(self) -> Any:
         """``JobStatus`` of every job in the live queue."""
         return self._run(operations.list_jobs(self.paths))

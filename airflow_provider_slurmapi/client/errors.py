@@ -169,3 +169,7 @@ class UnknownJobStateError(SlurmJobApiError):
         )
         self.job_id = job_id
         self.state = state
+
+
+class BulkStateQueryUnsupported(SlurmJobApiError):
+    """The API refused a query string in ``path`` (undocumented either way): poll job by job."""

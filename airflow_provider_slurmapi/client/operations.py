@@ -16,6 +16,8 @@ from typing import Any
 from airflow_provider_slurmapi.client.durable import Submission, base_job_id, carries_key, with_key
 from airflow_provider_slurmapi.client.envelope import SlurmReply, SlurmRequest
 from airflow_provider_slurmapi.client.errors import (
+    BulkStateQueryUnsupported,
+    InvalidArgumentError,
     InvalidRequestError,
     JobNotFoundError,
     SlurmError,
@@ -189,6 +191,42 @@ def get_accounting_job(paths: SlurmPaths, job_id: str) -> Operation:
     if found is None:
         raise JobNotFoundError(job_id)
     return found
+
+
+# Longest bulk state query path; about 1,000 seven-digit job IDs. Longer lists are split.
+MAX_STATE_QUERY_CHARS = 16_384
+
+
+def job_states(paths: SlurmPaths, job_ids: list[str]) -> Operation:
+    """The states of many jobs in as few calls as fit: ``{record_id: ["RUNNING", ...]}``.
+
+    A job the controller no longer knows is absent. An array's tasks come under their own IDs.
+    """
+    states: dict[str, list[str]] = {}
+    for chunk in _chunks(paths, job_ids):
+        try:
+            reply = yield SlurmRequest("GET", paths.job_states(chunk))
+        except (InvalidArgumentError, SlurmError) as error:
+            if isinstance(error, SlurmError) and error.status != 400:
+                raise
+            raise BulkStateQueryUnsupported(f"the bulk job state query was refused: {error}") from error
+        for job in reply.body.get("jobs") or []:
+            state = job.get("state")
+            states[str(job.get("job_id"))] = [state] if isinstance(state, str) else [str(s) for s in state or []]
+    return states
+
+
+def _chunks(paths: SlurmPaths, job_ids: list[str]) -> list[list[str]]:
+    chunks: list[list[str]] = [[]]
+    length = len(paths.job_states([]))
+    for job_id in job_ids:
+        extra = len(f"job_id={job_id}&")
+        if chunks[-1] and length + extra > MAX_STATE_QUERY_CHARS:
+            chunks.append([])
+            length = len(paths.job_states([]))
+        chunks[-1].append(job_id)
+        length += extra
+    return [chunk for chunk in chunks if chunk]
 
 
 def list_jobs(paths: SlurmPaths) -> Operation:

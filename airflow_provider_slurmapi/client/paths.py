@@ -68,6 +68,10 @@ class SlurmPaths:
     def accounting_job(self, job_id: object) -> str:
         return f"/slurmdb/{self.api_version}/job/{validate_job_id(job_id)}"
 
+    def job_states(self, job_ids: list[str]) -> str:
+        # the parameter is repeated: slurmrestd refuses a comma-separated list
+        return f"/slurm/{self.api_version}/jobs/state/?" + urlencode([("job_id", validate_job_id(j)) for j in job_ids])
+
     def accounting_jobs(self, name: str | None = None) -> str:
         path = f"/slurmdb/{self.api_version}/jobs/"
         return f"{path}?{urlencode({'job_name': name})}" if name else path

@@ -250,9 +250,11 @@ class BuiltinBackend(SlurmBackend):
         seconds_per_minute: float = 60.0,
         kill_wait: float = 3.0,
         sched_delay: float = 0.0,
+        virtual_jobs: bool = False,
     ) -> None:
         self.cluster = cluster
         self.sched_delay = sched_delay
+        self.virtual_jobs = virtual_jobs
         self.state_dir = state_dir
         self.min_job_age = min_job_age
         self.seconds_per_minute = seconds_per_minute
@@ -806,6 +808,9 @@ class BuiltinBackend(SlurmBackend):
         return argv, env, out_fd, err_fd, cwd
 
     async def _run(self, job: Job) -> None:
+        if self.virtual_jobs:
+            await self._run_virtual(job)
+            return
         try:
             argv, env, out_fd, err_fd, cwd = await asyncio.to_thread(self._prepare, job)
         except _OutputFailure as exc:
@@ -853,6 +858,22 @@ class BuiltinBackend(SlurmBackend):
             timer.cancel()
         job.steps = await asyncio.to_thread(self._read_steps, job)
         self._finish(job, ExitInfo.from_returncode(returncode), "")
+
+    async def _run_virtual(self, job: Job) -> None:
+        """A job without a process, for scale tests: it lasts ``EMULATOR_RUNTIME`` seconds (its
+        environment, default 0) and exits with ``EMULATOR_EXIT_CODE`` (default 0). A cancel takes
+        effect when that time is over."""
+        try:
+            runtime = float(job.environment.get("EMULATOR_RUNTIME", "0"))
+            code = int(job.environment.get("EMULATOR_EXIT_CODE", "0"))
+        except ValueError as exc:
+            self._finish(job, ExitInfo(return_code=1), f"emulator: {exc}")
+            return
+        await asyncio.sleep(runtime)
+        timer = self._kill_timers.pop(job.job_id, None)
+        if timer:
+            timer.cancel()
+        self._finish(job, ExitInfo(return_code=code), "")
 
     def _read_steps(self, job: Job) -> list[Step]:
         steps = []

@@ -51,6 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reply-shape", choices=("structured", "body"), default=_env("REPLY_SHAPE", "structured"))
     p.add_argument("--key-file", default=_env("KEY_FILE", "./emulator-key.json"))
     p.add_argument("--deny-principal", action="append", help="repeatable: email that gets PERMISSION_DENIED")
+    p.add_argument(
+        "--virtual-jobs",
+        action="store_true",
+        default=_env("VIRTUAL_JOBS", "") not in ("", "0", "false"),
+        help="run no processes: a job lasts $EMULATOR_RUNTIME s and exits $EMULATOR_EXIT_CODE (scale tests)",
+    )
+    p.add_argument(
+        "--no-query-strings",
+        action="store_true",
+        default=_env("NO_QUERY_STRINGS", "") not in ("", "0", "false"),
+        help="refuse a query string in the Slurm path with INVALID_ARGUMENT (undocumented API behaviour)",
+    )
     p.add_argument("--state-dir", default=_env("STATE_DIR"))
     p.add_argument("--kill-wait", type=float, default=float(_env("KILL_WAIT", "3") or 3))
     p.add_argument(
@@ -161,6 +173,8 @@ def config_from_args(argv: Sequence[str] | None = None) -> EmulatorConfig:
             token_lifetime=args.token_lifetime,
             reply_shape=args.reply_shape,
             denied_principals=tuple(args.deny_principal or _env_list("DENY_PRINCIPAL") or ()),
+            query_strings=not args.no_query_strings,
+            virtual_jobs=args.virtual_jobs,
             key_file=os.path.abspath(args.key_file),
             state_dir=args.state_dir,
             kill_wait=args.kill_wait,

@@ -32,10 +32,12 @@ class EmulatorConfig:
     token_lifetime: float = 3600  # seconds an issued access token is valid
     reply_shape: str = "structured"  # or "body" (reply as a JSON string)
     denied_principals: tuple[str, ...] = ()  # get PERMISSION_DENIED
+    query_strings: bool = True  # False: refuse paths with "?..." (the API's docs do not say either way)
     key_file: str | Path | None = None  # created if missing, reused if present
     state_dir: str | Path | None = None  # job scripts and step records (temp dir if None)
     kill_wait: float = 3.0  # seconds between SIGTERM and SIGKILL on cancel/timeout (Slurm KillWait)
     sched_delay: float = 1.0  # a new job stays PENDING this long, like Slurm's next scheduler pass
+    virtual_jobs: bool = False  # run no processes: a job lasts $EMULATOR_RUNTIME s (for scale tests)
     backend: str = "builtin"  # or "slurmrestd": forward every call to a real slurmrestd
     slurmrestd_url: str | None = None  # e.g. http://slurm-head:6820 (slurmrestd backend only)
     slurm_user: str | None = None  # X-SLURM-USER-NAME (slurmrestd backend only)
@@ -82,6 +84,7 @@ def make_backend(config: EmulatorConfig, key: ClusterKey, state_dir: Path) -> Sl
         seconds_per_minute=config.seconds_per_minute,
         kill_wait=config.kill_wait,
         sched_delay=config.sched_delay,
+        virtual_jobs=config.virtual_jobs,
     )
 
 
@@ -204,6 +207,7 @@ class Emulator:
             token_uri=lambda: self.token_uri,
             reply_shape=self.config.reply_shape,
             denied_principals=frozenset(self.config.denied_principals),
+            query_strings=self.config.query_strings,
             faults=self.faults,
         )
         self._runner = web.AppRunner(make_app(state), access_log=None)

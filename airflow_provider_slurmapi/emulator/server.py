@@ -65,6 +65,7 @@ class ServerState:
     token_uri: Callable[[], str]  # known only once the port is bound
     reply_shape: str = "structured"
     denied_principals: frozenset[str] = field(default_factory=frozenset)
+    query_strings: bool = True  # False: refuse a query string in ``path`` (the API does not say)
     faults: FaultInjector = field(default_factory=FaultInjector)
 
 
@@ -158,6 +159,8 @@ async def call_slurm_rest_api(request: web.Request) -> web.Response:
     if not isinstance(full_path, str):
         return google_error(400, "path is required and must be a string.")
     path, _, raw_query = full_path.partition("?")
+    if raw_query and not state.query_strings:
+        return google_error(400, f"Invalid value at 'path': a query string is not allowed: {full_path!r}.")
     if not path.startswith(("/slurm/", "/slurmdb/")) or not backend.is_known_path(path):
         return google_error(400, f"path {full_path!r} is not a valid Slurm REST path.")
     body = payload.get("body")

@@ -30,6 +30,9 @@ class SlurmJobTrigger(BaseTrigger):
         (mark failed or success, clear). Airflow 3.3+ calls ``on_kill`` only for such user actions,
         never when the triggerer stops or hands the trigger over; on older Airflow the trigger
         cancels only when its task instance is no longer DEFERRED.
+    :param shared_polling: read the job's state through one poller shared by all triggers of the
+        same cluster and credentials in this triggerer (one API call per interval for all of them);
+        False reads it with a call of its own every interval.
     :param lost_grace: seconds a job may be missing from both the live queue and accounting (which
         can lag), or stay in a state this provider does not know, before the task fails.
     """
@@ -43,8 +46,10 @@ class SlurmJobTrigger(BaseTrigger):
         hook_kwargs: dict[str, Any] | None = None,
         lost_grace: float = LOST_JOB_GRACE,
         cancel_on_kill: bool = False,
+        shared_polling: bool = True,
     ) -> None:
         super().__init__()
+        self.shared_polling = shared_polling
         self.lost_grace = lost_grace
         self.cancel_on_kill = cancel_on_kill
         self.job_id = str(job_id)
@@ -62,6 +67,7 @@ class SlurmJobTrigger(BaseTrigger):
                 "hook_kwargs": self.hook_kwargs,
                 "lost_grace": self.lost_grace,
                 "cancel_on_kill": self.cancel_on_kill,
+                "shared_polling": self.shared_polling,
             },
         )
 
@@ -85,19 +91,28 @@ class SlurmJobTrigger(BaseTrigger):
             UnknownJobStateError,
         )
         from airflow_provider_slurmapi.client.jobs import MissingJobWatch
-        from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiAsyncHook
+        from airflow_provider_slurmapi.triggers.polling import job_reader
 
-        try:
-            client = await SlurmJobApiAsyncHook(**self.hook_kwargs).get_client()
-        except Exception as error:  # bad connection or credentials: the task must say why
-            yield self._event("error", message=f"cannot reach the Slurm Job API: {error}")
-            return
-        last_state = None
-        missing = MissingJobWatch(self.lost_grace)
-        async with client:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                reader = await stack.enter_async_context(
+                    job_reader(self.job_id, self.hook_kwargs, self.poll_interval, shared=self.shared_polling)
+                )
+            except Exception as error:  # bad connection or credentials: the task must say why
+                yield self._event("error", message=f"cannot reach the Slurm Job API: {error}")
+                return
+            last_state = None
+            missing = MissingJobWatch(self.lost_grace)
             while True:
+                remaining = None if self.deadline is None else self.deadline - time.time()
+                if remaining is not None and remaining <= 0:
+                    cancelled = self.cancel_on_kill and await reader.client.cancel_job(self.job_id)
+                    outcome = "; it was cancelled" if cancelled else ""
+                    message = f"Slurm job {self.job_id} did not finish before the task's deadline{outcome}"
+                    yield self._event("timeout", message=message)
+                    return
                 try:
-                    status = await client.get_job(self.job_id)
+                    status = await reader.read(self.job_id, wait=remaining)
                 except JobNotFoundError:
                     try:
                         missing.missing(self.job_id, time.monotonic())
@@ -105,33 +120,28 @@ class SlurmJobTrigger(BaseTrigger):
                         yield self._event("error", message=str(lost))
                         return
                     self.log.warning("Slurm job %s is in neither queue nor accounting yet; still looking", self.job_id)
+                    continue
                 except SlurmJobApiError as error:
                     if not error.retryable:
                         yield self._event("error", message=str(error))
                         return
                     # The client already retried with backoff: keep watching, never lose the job.
                     self.log.warning("Slurm job %s: status unavailable for now: %s", self.job_id, error)
-                else:
-                    try:
-                        missing.seen(status, time.monotonic())
-                    except UnknownJobStateError as unknown:
-                        yield self._event("error", message=str(unknown))
-                        return
-                    if status.is_finished:
-                        self.log.info("%s", status.describe())
-                        yield self._event("finished", job=status.to_dict())
-                        return
-                    if (status.state, status.reason) != last_state:
-                        self.log.info("%s", status.describe())
-                        last_state = (status.state, status.reason)
-                remaining = None if self.deadline is None else self.deadline - time.time()
-                if remaining is not None and remaining <= 0:
-                    cancelled = self.cancel_on_kill and await client.cancel_job(self.job_id)
-                    outcome = "; it was cancelled" if cancelled else ""
-                    message = f"Slurm job {self.job_id} did not finish before the task's deadline{outcome}"
-                    yield self._event("timeout", message=message)
+                    continue
+                if status is None:  # the deadline came first
+                    continue
+                try:
+                    missing.seen(status, time.monotonic())
+                except UnknownJobStateError as unknown:
+                    yield self._event("error", message=str(unknown))
                     return
-                await asyncio.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining))
+                if status.is_finished:
+                    self.log.info("%s", status.describe())
+                    yield self._event("finished", job=status.to_dict())
+                    return
+                if (status.state, status.reason) != last_state:
+                    self.log.info("%s", status.describe())
+                    last_state = (status.state, status.reason)
 
     async def on_kill(self) -> None:
         """The user killed the deferred task: cancel its job (a triggerer restart does not come here)."""

@@ -1,0 +1,200 @@
+"""How a trigger reads its job's status: by itself, or through one poller shared by every trigger
+that watches a job of the same cluster, with the same credentials, in one triggerer process.
+
+A shared poller asks for the state of all watched jobs in one call per interval
+(``GET /slurm/vX/jobs/state/?job_id=1&job_id=2...``). A trigger reads its job's full status by
+itself only when the answer says the job finished or does not list it (a job that left the live
+queue is then read from accounting). If the API refuses the query, every trigger falls back to
+reading its job by itself, and the poller says so once in the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_slurmapi.client.aio import AsyncSlurmJobApiClient
+from airflow_provider_slurmapi.client.durable import base_job_id
+from airflow_provider_slurmapi.client.errors import BulkStateQueryUnsupported, SlurmJobApiError
+from airflow_provider_slurmapi.client.jobs import JobStatus
+
+log = logging.getLogger(__name__)
+
+# Triggers started together (a triggerer starting up) join the poller's first call.
+GATHER_SECONDS = 0.2
+
+
+async def open_client(hook_kwargs: dict[str, Any]) -> AsyncSlurmJobApiClient:
+    from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiAsyncHook
+
+    return await SlurmJobApiAsyncHook(**hook_kwargs).get_client()
+
+
+class JobReader:
+    """Reads one job's status every ``interval`` seconds, by itself."""
+
+    def __init__(self, client: AsyncSlurmJobApiClient, interval: float) -> None:
+        self.client = client
+        self.interval = interval
+        self._first = True
+
+    async def read(self, job_id: str, wait: float | None) -> JobStatus | None:
+        """The job's status after the next pause, or None when ``wait`` seconds ran out first."""
+        if not self._first:
+            pause = self.interval if wait is None else min(self.interval, wait)
+            await asyncio.sleep(pause)
+            if pause != self.interval:
+                return None
+        self._first = False
+        return await self.client.get_job(job_id)
+
+
+@dataclass
+class Tick:
+    """One answer of the shared poller."""
+
+    states: dict[str, list[str]] = field(default_factory=dict)
+    error: SlurmJobApiError | None = None
+
+
+class SharedPoller:
+    """One bulk state call per interval for all the jobs its triggers watch."""
+
+    def __init__(self, key: tuple[Any, ...], hook_kwargs: dict[str, Any], interval: float) -> None:
+        self.key = key
+        self.hook_kwargs = hook_kwargs
+        self.interval = interval
+        self.watched: Counter[str] = Counter()
+        self.unsupported = False
+        self.calls = 0  # bulk state calls made, for tests and benchmarks
+        self.client: AsyncSlurmJobApiClient | None = None
+        self._ready = asyncio.Lock()
+        self._tick = Tick()
+        self._ticked = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> AsyncSlurmJobApiClient:
+        async with self._ready:
+            if self.client is None:
+                self.client = await open_client(self.hook_kwargs)
+            if self._loop_task is None:
+                self._loop_task = asyncio.ensure_future(self._poll())
+            return self.client
+
+    async def next_tick(self) -> Tick:
+        ticked = self._ticked  # the event of the coming tick, even if a tick happens meanwhile
+        await ticked.wait()
+        return self._tick
+
+    async def _poll(self) -> None:
+        await asyncio.sleep(GATHER_SECONDS)
+        loop = asyncio.get_running_loop()
+        while self.watched and self.client is not None:
+            started = loop.time()
+            tick = Tick()
+            try:
+                tick.states = await self.client.job_states(sorted(self.watched))
+                self.calls += 1
+            except BulkStateQueryUnsupported as error:
+                log.warning("Polling each Slurm job by itself from now on: %s", error)
+                self.unsupported = True
+            except SlurmJobApiError as error:  # the client already retried; triggers keep watching
+                tick.error = error
+            self._tick, ticked, self._ticked = tick, self._ticked, asyncio.Event()
+            ticked.set()
+            if self.unsupported:
+                return
+            await asyncio.sleep(max(0.0, self.interval - (loop.time() - started)))
+
+    async def close(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+        if self.client is not None:
+            await self.client.close()
+
+
+# The pollers of the running event loop (the triggerer's), by cluster, credentials and interval.
+_POLLERS: dict[tuple[Any, ...], SharedPoller] = {}
+
+
+def poller_key(hook_kwargs: dict[str, Any], interval: float) -> tuple[Any, ...]:
+    loop = asyncio.get_running_loop()
+    return (id(loop), json.dumps(hook_kwargs, sort_keys=True, default=str), interval)
+
+
+def active_pollers() -> list[SharedPoller]:
+    return list(_POLLERS.values())
+
+
+class SharedJobReader:
+    """Reads one job's status from its cluster's shared poller."""
+
+    def __init__(self, poller: SharedPoller, client: AsyncSlurmJobApiClient) -> None:
+        self.poller = poller
+        self.client = client
+        self._alone: JobReader | None = None
+
+    async def read(self, job_id: str, wait: float | None) -> JobStatus | None:
+        if self.poller.unsupported:
+            self._alone = self._alone or JobReader(self.client, self.poller.interval)
+            return await self._alone.read(job_id, wait)
+        try:
+            tick = await asyncio.wait_for(self.poller.next_tick(), wait)
+        except TimeoutError:
+            return None
+        if self.poller.unsupported:
+            return await self.client.get_job(job_id)
+        if tick.error is not None:
+            raise tick.error
+        status = status_from_states(job_id, tick.states)
+        if status is None or status.is_finished:
+            return await self.client.get_job(job_id)  # the full final status, or accounting
+        return status
+
+
+def status_from_states(job_id: str, states: dict[str, list[str]]) -> JobStatus | None:
+    """What a bulk answer says of ``job_id``: an active status, a finished one, or None (absent)."""
+    if job_id != base_job_id(job_id):
+        return None  # an array task or het component: read by itself
+    records = [JobStatus(record, s[0], tuple(s[1:]), source="state") for record, s in states.items() if s]
+    mine = [r for r in records if base_job_id(r.job_id) == job_id]
+    if not mine:
+        return None
+    active = [r for r in mine if r.is_active]
+    lead = active[0] if active else mine[0]
+    return JobStatus(job_id, lead.state, lead.flags, source="state")
+
+
+@contextlib.asynccontextmanager
+async def job_reader(
+    job_id: str, hook_kwargs: dict[str, Any], interval: float, *, shared: bool
+) -> AsyncIterator[JobReader | SharedJobReader]:
+    """The reader a trigger uses while it watches ``job_id``."""
+    if not shared:
+        client = await open_client(hook_kwargs)
+        async with client:
+            yield JobReader(client, interval)
+        return
+    key = poller_key(hook_kwargs, interval)
+    poller = _POLLERS.get(key)
+    if poller is None:
+        poller = _POLLERS[key] = SharedPoller(key, hook_kwargs, interval)
+    poller.watched[job_id] += 1
+    try:
+        client = await poller.start()
+        yield SharedJobReader(poller, client)
+    finally:
+        poller.watched[job_id] -= 1
+        if poller.watched[job_id] <= 0:
+            del poller.watched[job_id]
+        if not poller.watched and _POLLERS.get(key) is poller:
+            del _POLLERS[key]  # the last trigger left: stop polling and close the session
+            await poller.close()

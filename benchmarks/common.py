@@ -1,0 +1,109 @@
+"""Helpers shared by the benchmarks: statistics, Markdown tables, the machine line, the environment."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PROJECT, REGION, CLUSTER = "test-project", "us-central1", "test-cluster"
+
+
+def parse_args(description: str, full: int, quick: int, what: str) -> argparse.Namespace:
+    """``--quick`` for CI smoke runs, ``-n`` to choose the size explicitly."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help=f"small run for CI smoke tests ({quick} {what})")
+    parser.add_argument("-n", type=int, default=None, help=f"{what} (default {full}, or {quick} with --quick)")
+    args = parser.parse_args()
+    if args.n is None:
+        args.n = quick if args.quick else full
+    if args.n < 1:
+        parser.error("-n must be at least 1")
+    return args
+
+
+def use_private_airflow_home() -> None:
+    """Point AIRFLOW_HOME at a temp dir unless set, so no user config or database interferes."""
+    if "AIRFLOW_HOME" not in os.environ:
+        os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="bench-airflow-home-")
+    os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def p95(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[94]
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table; the first column is left-aligned, the figures right-aligned."""
+    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+
+    def line(row: list[str]) -> str:
+        padded = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = "| " + " | ".join([":" + "-" * (widths[0] - 1)] + ["-" * (w - 1) + ":" for w in widths[1:]]) + " |"
+    return "\n".join([line(cells[0]), rule, *(line(row) for row in cells[1:])])
+
+
+def cpu_model() -> str:
+    try:
+        for text in Path("/proc/cpuinfo").read_text().splitlines():
+            if text.startswith("model name"):
+                return text.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def version_of(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def machine_line() -> str:
+    return (
+        f"Machine: {cpu_model()}, {usable_cores()} cores, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, Airflow {version_of('apache-airflow')}, "
+        f"Google provider {version_of('apache-airflow-providers-google')}"
+    )
+
+
+class EmulatorAddress(Protocol):
+    url: str
+    key_file: Path | str | None
+
+
+def connection_json(emu: EmulatorAddress) -> str:
+    """``AIRFLOW_CONN_...`` JSON for the emulator's cluster (as tests/conftest.py builds it)."""
+    extra = {
+        "project_id": PROJECT,
+        "region": REGION,
+        "cluster_id": CLUSTER,
+        "endpoint": emu.url,
+        "key_path": str(emu.key_file),
+    }
+    return json.dumps({"conn_type": "slurm_job_api", "extra": extra})

@@ -1,0 +1,117 @@
+"""Triggers of one cluster share one poller: one state call per interval for all their jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
+from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
+from airflow_provider_slurmapi.triggers import polling
+from airflow_provider_slurmapi.triggers.job import SlurmJobTrigger
+from tests.conftest import connection_json
+
+JOB = {"name": "shared", "environment": ["PATH=/usr/bin:/bin"], "current_working_directory": "/tmp"}
+INTERVAL = 0.5
+
+
+@pytest.fixture
+def no_query_emulator(tmp_path: Path) -> Iterator[Emulator]:
+    config = EmulatorConfig(key_file=tmp_path / "key.json", state_dir=tmp_path / "jobs", query_strings=False)
+    with Emulator(config) as emu:
+        yield emu
+
+
+def submit_many(bodies: list[str]) -> list[str]:
+    hook = SlurmJobApiHook()
+    return [hook.submit_job(JOB, f"#!/bin/bash\n{body}\n") for body in bodies]
+
+
+async def watch_all(job_ids: list[str], **kwargs: object) -> list[dict]:
+    triggers = [
+        SlurmJobTrigger(
+            job_id, poll_interval=INTERVAL, hook_kwargs={"slurm_conn_id": "slurm_job_api_default"}, **kwargs
+        )
+        for job_id in job_ids
+    ]
+
+    async def first(trigger: SlurmJobTrigger) -> dict:
+        events = trigger.run()
+        try:
+            return (await events.__anext__()).payload
+        finally:
+            await events.aclose()
+
+    return await asyncio.wait_for(asyncio.gather(*(first(t) for t in triggers)), 90)
+
+
+async def test_many_triggers_make_one_state_call_per_interval(slurm_connection: str, emulator: Emulator) -> None:
+    job_ids = submit_many([f"sleep {1 + n % 4}; exit {n % 3}" for n in range(30)])
+    calls_before = emulator.faults.calls
+    watching = asyncio.ensure_future(watch_all(job_ids))
+    await asyncio.sleep(0.1)
+    (poller,) = polling.active_pollers()  # one poller for all 30 triggers
+    events = await watching
+    calls = emulator.faults.calls - calls_before
+    by_id = {event["job_id"]: JobStatus.from_dict(event["job"]) for event in events}
+    assert [by_id[j].exit_code.return_code for j in job_ids] == [n % 3 for n in range(30)]  # full final status
+    assert all(by_id[j].source == "slurm" for j in job_ids)
+    # one bulk call per tick, plus one full read per trigger at its end (and one token fetch)
+    assert poller.calls >= 4
+    assert calls <= poller.calls + len(job_ids) + 2, (calls, poller.calls)
+    assert polling.active_pollers() == []  # the last trigger left: the poller stopped
+    assert poller.client is not None and poller.client._session is None  # and closed its session
+
+
+async def test_per_job_polling_is_still_available(slurm_connection: str, emulator: Emulator) -> None:
+    job_ids = submit_many(["sleep 2"] * 5)
+    calls_before = emulator.faults.calls
+    events = await watch_all(job_ids, shared_polling=False)
+    assert {event["status"] for event in events} == {"finished"}
+    assert polling.active_pollers() == []
+    assert emulator.faults.calls - calls_before >= 5 * 3  # each trigger read its own job every interval
+
+
+async def test_a_cancelled_trigger_leaves_the_poller_and_the_rest_go_on(
+    slurm_connection: str, emulator: Emulator
+) -> None:
+    short, long = submit_many(["sleep 1", "sleep 120"])
+    leaving = SlurmJobTrigger(long, poll_interval=INTERVAL, hook_kwargs={"slurm_conn_id": slurm_connection})
+    events = leaving.run()
+    waiting = asyncio.ensure_future(events.__anext__())
+    (event,) = await watch_all([short])
+    assert event["status"] == "finished"
+    (poller,) = polling.active_pollers()
+    assert set(poller.watched) == {long}
+    waiting.cancel()  # the triggerer stops this trigger
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await events.aclose()
+    assert polling.active_pollers() == []
+    assert SlurmJobApiHook().get_job(long).state == "RUNNING"  # stopping a trigger never cancels
+    SlurmJobApiHook().cancel_job(long)
+
+
+async def test_a_job_missing_from_the_answer_is_read_by_itself(slurm_connection: str, emulator: Emulator) -> None:
+    (job_id,) = submit_many(["true"])
+    SlurmJobApiHook().wait_for_job(job_id, poll_interval=0.3, timeout=30)
+    await asyncio.sleep(3.5)  # min_job_age: the live queue, and so the state answer, forgot it
+    (event,) = await watch_all([job_id])
+    assert JobStatus.from_dict(event["job"]).source == "slurmdb"
+
+
+async def test_refused_query_strings_fall_back_to_per_job_polling(
+    no_query_emulator: Emulator, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_JOB_API_DEFAULT", connection_json(no_query_emulator))
+    job_ids = submit_many(["sleep 1", "exit 4", "sleep 2"])
+    with caplog.at_level(logging.WARNING, logger=polling.__name__):
+        events = await watch_all(job_ids)
+    assert [JobStatus.from_dict(e["job"]).exit_code.return_code for e in events] == [0, 4, 0]
+    fallbacks = [r for r in caplog.records if "by itself from now on" in r.getMessage()]
+    assert len(fallbacks) == 1  # said once, not once per trigger
