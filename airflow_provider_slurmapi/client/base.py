@@ -46,6 +46,7 @@ class ClientBase:
         *,
         known_job_id: str | None = None,
         adopt_completed: bool = False,
+        earlier_tries: bool = True,
     ) -> Any:
         """Reattach to, adopt, or submit the job of ``key``; the result is a ``Submission``."""
         return self._run(
@@ -56,6 +57,7 @@ class ClientBase:
                 key,
                 known_job_id=known_job_id,
                 adopt_completed=adopt_completed,
+                earlier_tries=earlier_tries,
                 retry=self.retry,
             )
         )

@@ -87,7 +87,8 @@ def submit_job(
             if not error.retryable or attempt == attempts:
                 raise
             log.warning("Submit failed (%s); looking for the job by its key before submitting again", error)
-            found = yield from find_job_by_key(paths, key or "", body["job"].get("name"))
+            # a job this submit created is in the live queue: accounting need not be asked
+            found = yield from find_job_by_key(paths, key or "", accounting=False)
             if found is not None:
                 log.info("The submit had reached Slurm: %s", found.describe())
                 return found.job_id
@@ -114,7 +115,7 @@ def _submitted_job_id(reply: SlurmReply, paths: SlurmPaths) -> str:
     return str(job_id)
 
 
-def find_job_by_key(paths: SlurmPaths, key: str, name: str | None = None) -> Operation:
+def find_job_by_key(paths: SlurmPaths, key: str, name: str | None = None, *, accounting: bool = True) -> Operation:
     """The newest job carrying ``key``: from the live queue, else from accounting; or None.
 
     Accounting is asked for jobs of the same ``name`` (the key itself cannot be queried).
@@ -122,7 +123,7 @@ def find_job_by_key(paths: SlurmPaths, key: str, name: str | None = None) -> Ope
     reply = yield SlurmRequest("GET", paths.jobs())
     keyed = [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []]
     keyed = [job for job in keyed if carries_key(job, key)]
-    if not keyed:
+    if not keyed and accounting:
         reply = yield SlurmRequest("GET", paths.accounting_jobs(name))
         listed = [JobStatus.from_slurmdb(j) for j in reply.body.get("jobs") or []]
         keyed = [job for job in listed if carries_key(job, key)]
@@ -145,13 +146,16 @@ def submit_once(
     *,
     known_job_id: str | None = None,
     adopt_completed: bool = False,
+    earlier_tries: bool = True,
     retry: RetryPolicy = NO_RETRY,
 ) -> Operation:
     """Submit the job unless an earlier attempt's job (with the same key) makes that wrong.
 
     A job still pending or running is reattached; one that completed successfully is adopted when
     ``adopt_completed``; one that failed or was cancelled is submitted anew. ``known_job_id`` (an
-    ID recorded by an earlier attempt) saves the search.
+    ID recorded by an earlier attempt) saves the search; ``earlier_tries=False`` (a first try)
+    skips it. Accounting, which holds only finished jobs that left the live queue, is asked only
+    when such a job could be adopted.
     """
     body = submission_body(with_key(job, key), script, paths.api_version)  # bad input fails first
     previous = None
@@ -160,9 +164,10 @@ def submit_once(
             previous = yield from get_job(paths, known_job_id)
         except JobNotFoundError:
             previous = None
-    if previous is None or not previous.is_active:
+    if (earlier_tries or known_job_id) and (previous is None or not previous.is_active):
         # a newer job of this key may exist if the recorded ID was not the last one
-        previous = (yield from find_job_by_key(paths, key, body["job"].get("name"))) or previous
+        found = yield from find_job_by_key(paths, key, body["job"].get("name"), accounting=adopt_completed)
+        previous = found or previous
     if previous is not None and previous.is_active:
         return Submission(previous.job_id, "reattached", previous)
     if previous is not None and previous.is_success and adopt_completed:

@@ -112,9 +112,12 @@ class SlurmJobApiHook(GoogleBaseHook):
         *,
         known_job_id: str | None = None,
         adopt_completed: bool = False,
+        earlier_tries: bool = True,
     ) -> Submission:
         """Reattach to the job of ``key`` if active, adopt it if completed and allowed, else submit."""
-        return self.client.submit_once(job, script, key, known_job_id=known_job_id, adopt_completed=adopt_completed)
+        return self.client.submit_once(
+            job, script, key, known_job_id=known_job_id, adopt_completed=adopt_completed, earlier_tries=earlier_tries
+        )
 
     def find_job_by_key(self, key: str, name: str | None = None) -> JobStatus | None:
         """The newest job carrying ``key`` in its comment, from the live queue or accounting."""

@@ -45,6 +45,7 @@ class SlurmJobApiMixin:
     impersonation_chain: str | Sequence[str] | None
     retry_attempts: int | None = None  # override the connection's retry settings
     retry_max_seconds: float | None = None
+    shared_polling: bool = True  # while deferred, read the job through the cluster's shared poller
 
     def set_connection_arguments(
         self,
@@ -105,6 +106,7 @@ class SlurmJobApiMixin:
                 deadline=task_deadline(context, timeout, getattr(self, "execution_timeout", None)),
                 hook_kwargs=self.hook_kwargs,
                 cancel_on_kill=cancel_on_kill,
+                shared_polling=self.shared_polling,
             ),
             method_name="execute_complete",
         )
@@ -181,6 +183,8 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
     :param timeout: seconds to wait for the job; then the task fails (and the job is cancelled,
         unless ``cancel_on_kill=False``).
     :param cancel_on_kill: cancel the job when the task is killed or times out (default True).
+    :param shared_polling: while deferred, read the job's state through the poller the triggerer
+        shares among all jobs of the cluster (default); False polls this job by itself.
     :param reuse_completed_job: what a new try does when the job of an earlier try of the same task
         run (found by the key in its comment) already COMPLETED with exit code 0: ``"on_retry"``
         (default) takes it as this try's job when the try is an automatic retry, and runs the job
@@ -213,6 +217,7 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
         timeout: float | None = None,
         cancel_on_kill: bool = True,
         reuse_completed_job: str = "on_retry",
+        shared_polling: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -220,6 +225,7 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
             allowed = ", ".join(repr(v) for v in REUSE_COMPLETED_JOB)
             raise ValueError(f"reuse_completed_job must be one of {allowed}, got {reuse_completed_job!r}")
         self.reuse_completed_job = reuse_completed_job
+        self.shared_polling = shared_polling
         self.job = job
         self.script = script
         self.set_connection_arguments(slurm_conn_id, project_id, region, cluster_id, api_version, impersonation_chain)
@@ -250,6 +256,7 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
             key,
             known_job_id=store.get(STATE_STORE_KEY) if store is not None else None,
             adopt_completed=self._may_adopt_completed_job(ti),
+            earlier_tries=ti.try_number > 1,  # every attempt has a try number of its own
         )
         self.job_id = submission.job_id
         if store is not None:

@@ -27,6 +27,8 @@ class SlurmJobSensor(SlurmJobApiMixin, BaseSensorOperator):
     :param job_id: the job to watch. Templated.
     :param slurm_conn_id: connection of type ``slurm_job_api``.
     :param deferrable: wait in the triggerer; default from ``[operators] default_deferrable``.
+    :param shared_polling: while deferred, read the job's state through the poller the triggerer
+        shares among all jobs of the cluster (default); False polls this job by itself.
     """
 
     template_fields: Sequence[str] = ("job_id", *CONNECTION_TEMPLATE_FIELDS)
@@ -45,6 +47,7 @@ class SlurmJobSensor(SlurmJobApiMixin, BaseSensorOperator):
         retry_attempts: int | None = None,
         retry_max_seconds: float | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        shared_polling: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -52,6 +55,7 @@ class SlurmJobSensor(SlurmJobApiMixin, BaseSensorOperator):
         self.set_connection_arguments(slurm_conn_id, project_id, region, cluster_id, api_version, impersonation_chain)
         self.retry_attempts, self.retry_max_seconds = retry_attempts, retry_max_seconds
         self.deferrable = deferrable
+        self.shared_polling = shared_polling
         self._missing = MissingJobWatch()
 
     def execute(self, context: Context) -> Any:

@@ -1,7 +1,7 @@
 """The chaos run: many task runs under random API faults, worker kills and triggerer restarts.
 
-Every task run must end with exactly one Slurm job, none lost, and the task's outcome must agree
-with Slurm's; no token, key material or job environment value may appear in any log line.
+Every task run must have exactly one Slurm job, or a second one only after the first failed while
+no try watched it; none may be lost, and the task's outcome must agree with Slurm's; no token, key material or job environment value may appear in any log line.
 Size and seed: ``SLURM_CHAOS_TASK_RUNS`` (default 200), ``SLURM_CHAOS_SEED`` (default 1).
 """
 
@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.emulator import FAULT_KINDS, Emulator, EmulatorConfig, FaultPlan
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 from tests.chaos.harness import Chaos, Harness, format_table, verify
@@ -67,7 +66,7 @@ def test_chaos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             submit_faults = Counter(r.kind for r in emu.faults.log if r.path.endswith("/job/submit"))
             emu.faults.set_plan(None)
             listed = SlurmJobApiHook().call("GET", "/slurmdb/v0.0.42/jobs")["jobs"]
-            verdict = verify(runs, [JobStatus.from_slurmdb(job) for job in listed], faults, submit_faults, chaos)
+            verdict = verify(runs, listed, faults, submit_faults, chaos)
             secret_values = secrets_in(emu, job_secret)
     finally:
         root.removeHandler(handler)
@@ -83,7 +82,7 @@ def test_chaos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     print("\n" + format_table(verdict.table))
 
     assert not verdict.problems, "\n".join(verdict.problems[:20])
-    assert (verdict.duplicates, verdict.lost, verdict.disagreements, verdict.runs_without_one_job) == (0, 0, 0, 0)
+    assert (verdict.duplicates, verdict.lost, verdict.disagreements) == (0, 0, 0)
     assert sum(submit_faults.values()) > 0 and sum(run.kills for run in runs) > 0  # the run was really rough
     assert not leaked, leaked
     assert scanned > 10 * count  # the logs were really written and read

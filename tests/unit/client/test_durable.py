@@ -64,9 +64,8 @@ def test_a_failed_submit_looks_for_the_key_then_submits_again_after_a_pause() ->
     assert (first.method, first.path, first.body["job"]["comment"]) == ("POST", PATHS.submit(), KEY)
     live = op.throw(UnavailableError(503, "UNAVAILABLE", "try later"))
     assert (live.method, live.path) == ("GET", PATHS.jobs())
-    accounting = op.send(reply({"jobs": [{"job_id": 5, "job_state": ["RUNNING"], "comment": "other"}]}))
-    assert (accounting.method, accounting.path) == ("GET", "/slurmdb/v0.0.42/jobs/?job_name=train")
-    pause = op.send(reply({"jobs": []}))
+    # a job the submit created is in the live queue at once: accounting is not asked
+    pause = op.send(reply({"jobs": [{"job_id": 5, "job_state": ["RUNNING"], "comment": "other"}]}))
     assert isinstance(pause, Pause) and 0 <= pause.seconds <= 1.0
     again = op.send(None)
     assert again == first
@@ -144,3 +143,22 @@ def test_the_deadline_is_the_earlier_of_timeout_and_execution_timeout() -> None:
     assert task_deadline(context, None, datetime.timedelta(seconds=160)) == pytest.approx(now + 60, abs=1)
     assert task_deadline(context, 50, datetime.timedelta(seconds=160)) == pytest.approx(now + 50, abs=1)
     assert task_deadline(context, 500, datetime.timedelta(seconds=160)) == pytest.approx(now + 60, abs=1)
+
+
+def test_a_first_try_submits_straight_away() -> None:
+    op = operations.submit_once(PATHS, JOB, SCRIPT, KEY, earlier_tries=False)
+    assert next(op).method == "POST"  # no earlier try can have left a job
+    with pytest.raises(StopIteration) as done:
+        op.send(reply({"job_id": 3}))
+    assert (done.value.value.job_id, done.value.value.outcome) == ("3", "submitted")
+
+
+def test_accounting_is_asked_only_when_a_finished_job_could_be_adopted() -> None:
+    for adopt, expected in ((False, ["GET /slurm", "POST"]), (True, ["GET /slurm", "GET /slurmdb", "POST"])):
+        op = operations.submit_once(PATHS, JOB, SCRIPT, KEY, adopt_completed=adopt)
+        step, seen = next(op), []
+        with pytest.raises(StopIteration):
+            while True:
+                seen.append(f"{step.method} {step.path.split('/v0')[0]}" if step.method == "GET" else step.method)
+                step = op.send(reply({"jobs": []} if step.method == "GET" else {"job_id": 9}))
+        assert seen == expected
