@@ -30,6 +30,9 @@ BACKENDS = ("builtin", "slurmrestd")
 # (method, path with job ids as {id}, Slurm HTTP status) -> the replies seen, per scenario
 ReplyKey = tuple[str, str, str, int]
 RECORDED: dict[str, dict[ReplyKey, list[dict[str, Any]]]] = {name: defaultdict(list) for name in BACKENDS}
+# The job IDs each scenario submitted, by backend: replies listing the whole queue also show
+# jobs of earlier scenarios, which only that scenario compares.
+SUBMITTED: dict[str, dict[str, set[str]]] = {name: defaultdict(set) for name in BACKENDS}
 SKIPPED: dict[str, str] = {}
 
 
@@ -148,6 +151,7 @@ def cluster(request: pytest.FixtureRequest, emulator_backend: tuple[str, Emulato
     real = request.getfixturevalue("real_slurm") if backend == "slurmrestd" else None
     handle = Cluster(backend, hook, recorder, real)
     yield handle
+    SUBMITTED[backend][recorder.scenario].update(handle.submitted)
     recorder.scenario = "cleanup"
     handle.cleanup()
 

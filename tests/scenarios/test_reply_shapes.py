@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.scenarios import test_scenarios
-from tests.scenarios.conftest import RECORDED, SKIPPED, route_of
+from tests.scenarios.conftest import RECORDED, SKIPPED, SUBMITTED, route_of
 from tests.shapes import shape_diff
 
 SCENARIOS = sorted(name.removeprefix("test_") for name in dir(test_scenarios) if name.startswith("test_"))
@@ -45,6 +45,15 @@ def units(reply: dict[str, Any], *, by_task: bool = False) -> Iterator[tuple[str
             state = state.get("current") or ["?"]
         part = f"job {state[0] if isinstance(state, list) else state}"
         yield (f"{part} {array_position(job)}".rstrip() if by_task else part), job
+
+
+def submitted_id(job: dict[str, Any]) -> str:
+    """The ID the submit returned for this record (an array task's record names its array)."""
+    for array_id in (job.get("array_job_id"), (job.get("array") or {}).get("job_id")):
+        number = array_id.get("number") if isinstance(array_id, dict) else array_id
+        if number:
+            return str(number)
+    return str(job.get("job_id", "")).partition("_")[0]
 
 
 def array_position(job: dict[str, Any]) -> str:
@@ -163,11 +172,12 @@ def compared_values(job: dict[str, Any]) -> dict[str, Any]:
 def job_values(scenario: str, backend: str) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
     """(method, route, status, job state and array position) -> the distinct values seen."""
     found: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = defaultdict(dict)
+    own = SUBMITTED[backend][scenario]
     for key, replies in RECORDED[backend].items():
         if key[0] == scenario:
             for reply in replies:
                 for part, job in units(reply, by_task=True):
-                    if part != "envelope":
+                    if part != "envelope" and (not own or submitted_id(job) in own):
                         values = compared_values(job)
                         found[(*key[1:], part)][json.dumps(values, sort_keys=True)] = values
     return {key: list(seen.values()) for key, seen in found.items()}
