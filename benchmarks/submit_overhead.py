@@ -211,10 +211,10 @@ def main() -> None:
         "Latency: wall time of one submit, from the call to the returned job ID, including the "
         "emulator's work. CPU/submit: this process's CPU time per submit (the emulator runs in its "
         "own process, so this is the client alone). HTTP calls: requests one submit makes, counted "
-        f"once after {WARMUP} untimed warm-up submits per case (token fetches excluded). (d) first "
-        "lists the live queue, then asks accounting for jobs of the same name, then submits: "
-        "every submit adds a PENDING job named `bench`, so both lists grow during the run, from "
-        f"{before} to {end} jobs; (d)'s median is at about {mid}, and its cost depends on that size."
+        f"once after {WARMUP} untimed warm-up submits per case (token fetches excluded). (d) is what "
+        "a retry does (a first try submits like (c)): it lists the live queue to find an earlier "
+        "try's job, then submits. Every submit adds a PENDING job, so the queue grows during the run, "
+        f"from {before} to {end} jobs; (d)'s median is at about {mid}, and its cost grows with that size."
     )
     print()
     print(machine_line())

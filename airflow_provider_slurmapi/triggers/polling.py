@@ -57,9 +57,9 @@ class JobReader:
 
 @dataclass
 class Tick:
-    """One answer of the shared poller."""
+    """One answer of the shared poller: each listed job's status, read once for all triggers."""
 
-    states: dict[str, list[str]] = field(default_factory=dict)
+    jobs: dict[str, JobStatus] = field(default_factory=dict)
     error: SlurmJobApiError | None = None
 
 
@@ -99,7 +99,7 @@ class SharedPoller:
             started = loop.time()
             tick = Tick()
             try:
-                tick.states = await self.client.job_states(sorted(self.watched))
+                tick.jobs = statuses_from_states(await self.client.job_states(sorted(self.watched)))
                 self.calls += 1
             except BulkStateQueryUnsupported as error:
                 log.warning("Polling each Slurm job by itself from now on: %s", error)
@@ -154,23 +154,24 @@ class SharedJobReader:
             return await self.client.get_job(job_id)
         if tick.error is not None:
             raise tick.error
-        status = status_from_states(job_id, tick.states)
+        # an array task or het component is not listed under its own ID: read it by itself
+        status = tick.jobs.get(job_id)
         if status is None or status.is_finished:
             return await self.client.get_job(job_id)  # the full final status, or accounting
         return status
 
 
-def status_from_states(job_id: str, states: dict[str, list[str]]) -> JobStatus | None:
-    """What a bulk answer says of ``job_id``: an active status, a finished one, or None (absent)."""
-    if job_id != base_job_id(job_id):
-        return None  # an array task or het component: read by itself
-    records = [JobStatus(record, s[0], tuple(s[1:]), source="state") for record, s in states.items() if s]
-    mine = [r for r in records if base_job_id(r.job_id) == job_id]
-    if not mine:
-        return None
-    active = [r for r in mine if r.is_active]
-    lead = active[0] if active else mine[0]
-    return JobStatus(job_id, lead.state, lead.flags, source="state")
+def statuses_from_states(states: dict[str, list[str]]) -> dict[str, JobStatus]:
+    """What a bulk answer says of each submitted job: an array is active while any task is."""
+    grouped: dict[str, list[JobStatus]] = {}
+    for record, state in states.items():
+        if state:
+            grouped.setdefault(base_job_id(record), []).append(JobStatus(record, state[0], tuple(state[1:])))
+    statuses = {}
+    for job_id, records in grouped.items():
+        lead = next((r for r in records if r.is_active), records[0])
+        statuses[job_id] = JobStatus(job_id, lead.state, lead.flags, source="state")
+    return statuses
 
 
 @contextlib.asynccontextmanager

@@ -14,7 +14,7 @@ from airflow_provider_slurmapi.client.errors import (
     UnavailableError,
 )
 from airflow_provider_slurmapi.client.paths import SlurmPaths
-from airflow_provider_slurmapi.triggers.polling import status_from_states
+from airflow_provider_slurmapi.triggers.polling import statuses_from_states
 
 PATHS = SlurmPaths()
 
@@ -64,7 +64,7 @@ def test_a_transient_failure_is_not_a_refusal() -> None:
         op.throw(UnavailableError(503, "UNAVAILABLE", "later"))
 
 
-def test_what_an_answer_says_of_one_job() -> None:
+def test_what_an_answer_says_of_each_job() -> None:
     states = {
         "5": ["RUNNING"],
         "6": ["COMPLETED"],
@@ -72,9 +72,9 @@ def test_what_an_answer_says_of_one_job() -> None:
         "7_1": ["RUNNING"],
         "8": ["COMPLETED", "COMPLETING"],
     }
-    assert status_from_states("5", states).state == "RUNNING"
-    assert status_from_states("6", states).is_finished
-    assert status_from_states("7", states).state == "RUNNING"  # an array is active while a task is
-    assert not status_from_states("8", states).is_finished  # still COMPLETING
-    assert status_from_states("9", states) is None  # absent: read it by itself
-    assert status_from_states("7_1", states) is None  # array tasks are read by themselves
+    jobs = statuses_from_states(states)
+    assert jobs["5"].state == "RUNNING"
+    assert jobs["6"].is_finished
+    assert jobs["7"].state == "RUNNING"  # an array is active while a task is
+    assert not jobs["8"].is_finished  # still COMPLETING
+    assert set(jobs) == {"5", "6", "7", "8"}  # absent jobs and array tasks are read by themselves
