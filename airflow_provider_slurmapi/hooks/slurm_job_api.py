@@ -104,20 +104,12 @@ class SlurmJobApiHook(GoogleBaseHook):
         """Submit a batch job and return its ID; with a ``key``, a lost reply is reconciled through it."""
         return self.client.submit_job(job, script, key=key)
 
-    def submit_once(
-        self,
-        job: dict[str, Any],
-        script: str,
-        key: str,
-        *,
-        known_job_id: str | None = None,
-        adopt_completed: bool = False,
-        earlier_tries: bool = True,
-    ) -> Submission:
-        """Reattach to the job of ``key`` if active, adopt it if completed and allowed, else submit."""
-        return self.client.submit_once(
-            job, script, key, known_job_id=known_job_id, adopt_completed=adopt_completed, earlier_tries=earlier_tries
-        )
+    def submit_once(self, job: dict[str, Any], script: str, key: str, **options: Any) -> Submission:
+        """Reattach to the job of ``key`` if active, adopt it if completed and allowed, else submit.
+
+        ``options``: ``known_job_id``, ``adopt_completed``, ``earlier_tries`` (see the client).
+        """
+        return self.client.submit_once(job, script, key, **options)
 
     def find_job_by_key(self, key: str, name: str | None = None) -> JobStatus | None:
         """The newest job carrying ``key`` in its comment, from the live queue or accounting."""
