@@ -210,7 +210,7 @@ class Emulator:
             query_strings=self.config.query_strings,
             faults=self.faults,
         )
-        self._runner = web.AppRunner(make_app(state), access_log=None)
+        self._runner = web.AppRunner(make_app(state), access_log=None, shutdown_timeout=5.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port)
         await site.start()
