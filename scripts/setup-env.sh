@@ -27,7 +27,7 @@ if [ ! -f "$stamp" ]; then
         "$VENV/bin/python" -m ensurepip >/dev/null 2>&1 || true
         "$VENV/bin/python" -m pip install -q --disable-pip-version-check uv
     fi
-    "$VENV/bin/python" -m uv pip install -q --python "$VENV/bin/python" "$AIRFLOW_REQUIREMENT" -e ".[test]"
+    "$VENV/bin/python" -m uv pip install -q --python "$VENV/bin/python" "$AIRFLOW_REQUIREMENT" -e ".[test,docs]"
     rm -f "$VENV"/.installed-*
     touch "$stamp"
 fi
