@@ -41,6 +41,15 @@ class Pause:
 
 Operation = Generator["SlurmRequest | Pause", "SlurmReply | None", Any]
 
+
+def _request(request: SlurmRequest) -> Generator[SlurmRequest | Pause, SlurmReply | None, SlurmReply]:
+    """Send one request; the driver answers a request with its reply (only a Pause gets None)."""
+    reply = yield request
+    if reply is None:
+        raise TypeError(f"no reply to {request.method} {request.path}")
+    return reply
+
+
 # slurmrestd refuses a submit without these (errors 2019 and 2063); documented defaults.
 DEFAULT_ENVIRONMENT = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
 DEFAULT_WORKING_DIRECTORY = "/tmp"
@@ -82,7 +91,7 @@ def submit_job(
     attempts = retry.max_attempts if key else 1
     for attempt in range(1, attempts + 1):
         try:
-            reply = yield SlurmRequest("POST", paths.submit(), body)
+            reply = yield from _request(SlurmRequest("POST", paths.submit(), body))
         except SlurmJobApiError as error:
             if not error.retryable or attempt == attempts:
                 raise
@@ -120,11 +129,11 @@ def find_job_by_key(paths: SlurmPaths, key: str, name: str | None = None, *, acc
 
     Accounting is asked for jobs of the same ``name`` (the key itself cannot be queried).
     """
-    reply = yield SlurmRequest("GET", paths.jobs())
+    reply = yield from _request(SlurmRequest("GET", paths.jobs()))
     keyed = [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []]
     keyed = [job for job in keyed if carries_key(job, key)]
     if not keyed and accounting:
-        reply = yield SlurmRequest("GET", paths.accounting_jobs(name))
+        reply = yield from _request(SlurmRequest("GET", paths.accounting_jobs(name)))
         listed = [JobStatus.from_slurmdb(j) for j in reply.body.get("jobs") or []]
         keyed = [job for job in listed if carries_key(job, key)]
         if listed and not any(job.comment for job in listed):
@@ -181,7 +190,7 @@ def submit_once(
 def get_job(paths: SlurmPaths, job_id: object) -> Operation:
     """Status from the live queue; a job that left it is read from accounting."""
     job_id = validate_job_id(job_id)
-    reply = yield SlurmRequest("GET", paths.job(job_id), accept_status=(404,))
+    reply = yield from _request(SlurmRequest("GET", paths.job(job_id), accept_status=(404,)))
     if reply.status != 404:
         found = select_job(job_id, [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []])
         if found is not None:
@@ -191,7 +200,7 @@ def get_job(paths: SlurmPaths, job_id: object) -> Operation:
 
 
 def get_accounting_job(paths: SlurmPaths, job_id: str) -> Operation:
-    reply = yield SlurmRequest("GET", paths.accounting_job(job_id))
+    reply = yield from _request(SlurmRequest("GET", paths.accounting_job(job_id)))
     found = select_job(job_id, [JobStatus.from_slurmdb(j) for j in reply.body.get("jobs") or []])
     if found is None:
         raise JobNotFoundError(job_id)
@@ -210,7 +219,7 @@ def job_states(paths: SlurmPaths, job_ids: list[str]) -> Operation:
     states: dict[str, list[str]] = {}
     for chunk in _chunks(paths, job_ids):
         try:
-            reply = yield SlurmRequest("GET", paths.job_states(chunk))
+            reply = yield from _request(SlurmRequest("GET", paths.job_states(chunk)))
         except (InvalidArgumentError, SlurmError) as error:
             if isinstance(error, SlurmError) and error.status != 400:
                 raise
@@ -235,7 +244,7 @@ def _chunks(paths: SlurmPaths, job_ids: list[str]) -> list[list[str]]:
 
 
 def list_jobs(paths: SlurmPaths) -> Operation:
-    reply = yield SlurmRequest("GET", paths.jobs())
+    reply = yield from _request(SlurmRequest("GET", paths.jobs()))
     return [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []]
 
 
@@ -247,7 +256,7 @@ def cancel_job(paths: SlurmPaths, job_id: object, signal: str | int | None = Non
     """
     job_id = validate_job_id(job_id)
     path = paths.cancel(job_id, signal)
-    reply = yield SlurmRequest("DELETE", path)
+    reply = yield from _request(SlurmRequest("DELETE", path))
     codes = [
         (entry.get("error") or {}).get("code", 0) for entry in reply.body.get("status") or [] if isinstance(entry, dict)
     ]
@@ -272,10 +281,10 @@ def _status_detail(entry: dict[str, Any]) -> SlurmErrorDetail:
 
 def call(method: str, path: str, body: dict[str, Any] | None = None) -> Operation:
     """Any other Slurm REST call; returns slurmrestd's JSON reply."""
-    reply = yield SlurmRequest(method.upper(), path, body)
+    reply = yield from _request(SlurmRequest(method.upper(), path, body))
     return reply.body
 
 
 def ping(paths: SlurmPaths) -> Operation:
-    reply = yield SlurmRequest("GET", paths.ping())
+    reply = yield from _request(SlurmRequest("GET", paths.ping()))
     return reply.body

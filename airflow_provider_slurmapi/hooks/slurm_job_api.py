@@ -237,7 +237,10 @@ class SlurmJobApiAsyncHook(GoogleBaseAsyncHook):
             async with self._refresh_lock:
                 if force or not credentials.valid:  # valid is False shortly before the real expiry
                     await sync_to_async(credentials.refresh)(google.auth.transport.requests.Request())
-                return credentials.token
+                token = credentials.token
+                if token is None:  # refresh() sets a token or raises
+                    raise RuntimeError("the Google credentials gave no access token")
+                return token
 
         return AsyncSlurmJobApiClient(
             cluster,

@@ -124,7 +124,7 @@ def task_deadline(context: Context, timeout: float | None, execution_timeout: An
     return min(deadlines) if deadlines else None
 
 
-def is_automatic_retry(ti: Any, retries: int) -> bool:
+def is_automatic_retry(ti: Any, retries: int | None) -> bool:
     """Whether this try follows a failed try of the same round, not a user's clear.
 
     Clearing a task sets ``max_tries`` to the last try number plus ``retries``, so the first try of

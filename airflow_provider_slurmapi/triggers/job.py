@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS
@@ -83,7 +83,7 @@ class SlurmJobTrigger(BaseTrigger):
                 await self._cancel("Task killed")
             raise
 
-    async def _watch(self) -> AsyncIterator[TriggerEvent]:
+    async def _watch(self) -> AsyncGenerator[TriggerEvent, None]:
         from airflow_provider_slurmapi.client.errors import (
             JobLostError,
             JobNotFoundError,
