@@ -27,7 +27,7 @@ with DAG(
         task_id="train",
         slurm_conn_id="slurm_job_api_default",
         job={
-            "name": "example-train-{{ ds_nodash }}",
+            "name": "example-train",
             "minimum_nodes": 1,
             "tasks_per_node": 1,
             "time_limit": {"set": True, "number": 30},
