@@ -24,6 +24,8 @@ BACKENDS = ("builtin", "slurmrestd")
 
 @dataclass(frozen=True)
 class EmulatorConfig:
+    """How an :class:`Emulator` runs: where it listens, its clusters, job timing, backend and faults."""
+
     host: str = "127.0.0.1"
     port: int = 0  # 0 = pick a free port
     clusters: tuple[ClusterKey, ...] = (("test-project", "us-central1", "test-cluster"),)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS
@@ -72,18 +72,8 @@ class SlurmJobTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        try:
-            async with contextlib.aclosing(self._watch()) as events:  # closes its HTTP session at once
-                async for event in events:
-                    yield event
-        except asyncio.CancelledError:
-            # Airflow < 3.3 has no on_kill for triggers: tell a user's kill from a triggerer stop
-            # by the task's state, the way the Google provider's BigQuery trigger does.
-            if self.cancel_on_kill and not AIRFLOW_V_3_3_PLUS and await self._task_left_deferred():
-                await self._cancel("Task killed")
-            raise
-
-    async def _watch(self) -> AsyncGenerator[TriggerEvent, None]:
+        # One async generator and nothing nested in it: a loop shutting down closes all its async
+        # generators at once, and a nested one would be closed twice.
         from airflow_provider_slurmapi.client.errors import (
             JobLostError,
             JobNotFoundError,
@@ -91,57 +81,66 @@ class SlurmJobTrigger(BaseTrigger):
             UnknownJobStateError,
         )
         from airflow_provider_slurmapi.client.jobs import MissingJobWatch
-        from airflow_provider_slurmapi.triggers.polling import job_reader
+        from airflow_provider_slurmapi.triggers.polling import ReaderLease
 
-        async with contextlib.AsyncExitStack() as stack:
-            try:
-                reader = await stack.enter_async_context(
-                    job_reader(self.job_id, self.hook_kwargs, self.poll_interval, shared=self.shared_polling)
-                )
-            except Exception as error:  # bad connection or credentials: the task must say why
-                yield self._event("error", message=f"cannot reach the Slurm Job API: {error}")
-                return
-            last_state = None
-            missing = MissingJobWatch(self.lost_grace)
-            while True:
-                remaining = None if self.deadline is None else self.deadline - time.time()
-                if remaining is not None and remaining <= 0:
-                    cancelled = self.cancel_on_kill and await reader.client.cancel_job(self.job_id)
-                    outcome = "; it was cancelled" if cancelled else ""
-                    message = f"Slurm job {self.job_id} did not finish before the task's deadline{outcome}"
-                    yield self._event("timeout", message=message)
-                    return
+        try:
+            async with contextlib.AsyncExitStack() as stack:
                 try:
-                    status = await reader.read(self.job_id, wait=remaining)
-                except JobNotFoundError:
+                    reader = await stack.enter_async_context(
+                        ReaderLease(self.job_id, self.hook_kwargs, self.poll_interval, shared=self.shared_polling)
+                    )
+                except Exception as error:  # bad connection or credentials: the task must say why
+                    yield self._event("error", message=f"cannot reach the Slurm Job API: {error}")
+                    return
+                last_state = None
+                missing = MissingJobWatch(self.lost_grace)
+                while True:
+                    remaining = None if self.deadline is None else self.deadline - time.time()
+                    if remaining is not None and remaining <= 0:
+                        cancelled = self.cancel_on_kill and await reader.client.cancel_job(self.job_id)
+                        outcome = "; it was cancelled" if cancelled else ""
+                        message = f"Slurm job {self.job_id} did not finish before the task's deadline{outcome}"
+                        yield self._event("timeout", message=message)
+                        return
                     try:
-                        missing.missing(self.job_id, time.monotonic())
-                    except JobLostError as lost:
-                        yield self._event("error", message=str(lost))
+                        status = await reader.read(self.job_id, wait=remaining)
+                    except JobNotFoundError:
+                        try:
+                            missing.missing(self.job_id, time.monotonic())
+                        except JobLostError as lost:
+                            yield self._event("error", message=str(lost))
+                            return
+                        self.log.warning(
+                            "Slurm job %s is in neither queue nor accounting yet; still looking", self.job_id
+                        )
+                        continue
+                    except SlurmJobApiError as error:
+                        if not error.retryable:
+                            yield self._event("error", message=str(error))
+                            return
+                        # The client already retried with backoff: keep watching, never lose the job.
+                        self.log.warning("Slurm job %s: status unavailable for now: %s", self.job_id, error)
+                        continue
+                    if status is None:  # the deadline came first
+                        continue
+                    try:
+                        missing.seen(status, time.monotonic())
+                    except UnknownJobStateError as unknown:
+                        yield self._event("error", message=str(unknown))
                         return
-                    self.log.warning("Slurm job %s is in neither queue nor accounting yet; still looking", self.job_id)
-                    continue
-                except SlurmJobApiError as error:
-                    if not error.retryable:
-                        yield self._event("error", message=str(error))
+                    if status.is_finished:
+                        self.log.info("%s", status.describe())
+                        yield self._event("finished", job=status.to_dict())
                         return
-                    # The client already retried with backoff: keep watching, never lose the job.
-                    self.log.warning("Slurm job %s: status unavailable for now: %s", self.job_id, error)
-                    continue
-                if status is None:  # the deadline came first
-                    continue
-                try:
-                    missing.seen(status, time.monotonic())
-                except UnknownJobStateError as unknown:
-                    yield self._event("error", message=str(unknown))
-                    return
-                if status.is_finished:
-                    self.log.info("%s", status.describe())
-                    yield self._event("finished", job=status.to_dict())
-                    return
-                if (status.state, status.reason) != last_state:
-                    self.log.info("%s", status.describe())
-                    last_state = (status.state, status.reason)
+                    if (status.state, status.reason) != last_state:
+                        self.log.info("%s", status.describe())
+                        last_state = (status.state, status.reason)
+        except asyncio.CancelledError:
+            # Airflow < 3.3 has no on_kill for triggers: tell a user's kill from a triggerer stop
+            # by the task's state, the way the Google provider's BigQuery trigger does.
+            if self.cancel_on_kill and not AIRFLOW_V_3_3_PLUS and await self._task_left_deferred():
+                await self._cancel("Task killed")
+            raise
 
     async def on_kill(self) -> None:
         """The user killed the deferred task: cancel its job (a triggerer restart does not come here)."""

@@ -15,7 +15,6 @@ import contextlib
 import json
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,28 +173,44 @@ def statuses_from_states(states: dict[str, list[str]]) -> dict[str, JobStatus]:
     return statuses
 
 
-@contextlib.asynccontextmanager
-async def job_reader(
-    job_id: str, hook_kwargs: dict[str, Any], interval: float, *, shared: bool
-) -> AsyncIterator[JobReader | SharedJobReader]:
-    """The reader a trigger uses while it watches ``job_id``."""
-    if not shared:
-        client = await open_client(hook_kwargs)
-        async with client:
-            yield JobReader(client, interval)
-        return
-    key = poller_key(hook_kwargs, interval)
-    poller = _POLLERS.get(key)
-    if poller is None:
-        poller = _POLLERS[key] = SharedPoller(key, hook_kwargs, interval)
-    poller.watched[job_id] += 1
-    try:
-        client = await poller.start()
-        yield SharedJobReader(poller, client)
-    finally:
-        poller.watched[job_id] -= 1
-        if poller.watched[job_id] <= 0:
-            del poller.watched[job_id]
-        if not poller.watched and _POLLERS.get(key) is poller:
-            del _POLLERS[key]  # the last trigger left: stop polling and close the session
+class ReaderLease(contextlib.AbstractAsyncContextManager):
+    """The reader a trigger uses while it watches ``job_id``.
+
+    A class, not an async generator: when an event loop shuts down it closes every async generator
+    at once, and one nested in the trigger's own would be closed twice.
+    """
+
+    def __init__(self, job_id: str, hook_kwargs: dict[str, Any], interval: float, *, shared: bool) -> None:
+        self.job_id, self.hook_kwargs, self.interval, self.shared = job_id, hook_kwargs, interval, shared
+        self._client: AsyncSlurmJobApiClient | None = None
+        self._poller: SharedPoller | None = None
+
+    async def __aenter__(self) -> JobReader | SharedJobReader:
+        if not self.shared:
+            self._client = await open_client(self.hook_kwargs)
+            return JobReader(self._client, self.interval)
+        key = poller_key(self.hook_kwargs, self.interval)
+        poller = _POLLERS.get(key)
+        if poller is None:
+            poller = _POLLERS[key] = SharedPoller(key, self.hook_kwargs, self.interval)
+        self._poller = poller
+        poller.watched[self.job_id] += 1
+        try:
+            return SharedJobReader(poller, await poller.start())
+        except BaseException:
+            await self._leave(poller)
+            raise
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        if self._client is not None:
+            await self._client.close()
+        if self._poller is not None:
+            await self._leave(self._poller)
+
+    async def _leave(self, poller: SharedPoller) -> None:
+        poller.watched[self.job_id] -= 1
+        if poller.watched[self.job_id] <= 0:
+            del poller.watched[self.job_id]
+        if not poller.watched and _POLLERS.get(poller.key) is poller:
+            del _POLLERS[poller.key]  # the last trigger left: stop polling and close the session
             await poller.close()

@@ -11,6 +11,7 @@ import pytest
 
 ROOT = Path(__file__).parents[2]
 
+
 def run(module: str, *args: str) -> None:
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} is not installed (pip install -e '.[test]')")

@@ -1,0 +1,304 @@
+"""Every code example of the documentation, run for real against the emulator.
+
+- The DAG files under ``docs/examples/dags`` run with ``dag.test()`` (``run_examples.py``), in two
+  processes at once, each with its own Airflow home and emulator. ``DAG_RUNS`` lists the runs; the
+  tests below check how each ended: task states, XComs, the Slurm jobs and the failure messages
+  the pages quote.
+- The shell blocks marked ``:class: runnable`` run as one bash session per page, in the order a
+  reader types them, in a directory laid out like a project (``dags/``, ``tests/``). The only
+  change to the text is the emulator's port, swapped for a free one. The session of the testing
+  page runs ``docs/examples/tests`` with pytest.
+
+All of this starts at once when the module's first test needs it, and runs in the background
+while the tests wait for their part.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("sphinx", reason="the docs extra is not installed")
+
+from tests.docs import pages  # noqa: E402
+
+pytestmark = pytest.mark.docs
+
+BIN = Path(sys.executable).parent
+RUNNER = Path(__file__).with_name("run_examples.py")
+DOCS_PORT = "8780"  # the port the pages use
+WAIT = 300  # seconds any background process may take
+
+# name -> how each example DAG is run; "group" picks the process (runs of one group are sequential).
+DAG_RUNS: list[dict[str, Any]] = [
+    {"name": "slurm_train", "dag_id": "slurm_train"},
+    {"name": "slurm_train_bad_epochs", "dag_id": "slurm_train", "conf": {"epochs": "x"}},
+    {"name": "slurm_timeout", "dag_id": "slurm_timeout"},
+    {"name": "slurm_sensor", "dag_id": "slurm_sensor"},
+    {"name": "slurm_cancel", "dag_id": "slurm_cancel"},
+    {"name": "slurm_custom_trigger", "dag_id": "slurm_custom_trigger"},
+    {"name": "slurm_hook", "dag_id": "slurm_hook"},
+    # fine_tune polls at the default 30 s interval: in a process of its own, beside the others
+    {"name": "slurm_submit_options", "dag_id": "slurm_submit_options", "group": "slow"},
+]
+
+# page -> what its commands assume is already there (an Airflow installation, with its database)
+SESSION_PAGES: dict[str, str] = {
+    "installation.md": "",
+    "connection.md": "airflow db migrate > /dev/null",
+    "testing.md": "",  # the page sets up its Airflow home itself
+}
+
+KEY = re.compile(r"^airflow-key=[0-9a-f]{24}$")
+
+
+def free_port() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without Airflow, emulator and pytest settings, the venv first on PATH."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("AIRFLOW", "SLURM_JOB_API_EMULATOR_", "PYTEST_"))
+    }
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return {**env, **extra}
+
+
+@dataclass
+class Job:
+    """A background process whose output goes to a file."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def wait(self) -> int:
+        try:
+            return self.process.wait(timeout=WAIT)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"{self.name} did not finish within {WAIT} s:\n{self.output()[-8000:]}")
+
+    def kill(self) -> None:
+        """SIGTERM first: emulators stop the jobs they run (in process groups of their own)."""
+        if self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def start(name: str, command: list[str], cwd: Path, env: dict[str, str]) -> Job:
+    log = cwd / f"{name}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    return Job(name, process, log)
+
+
+def project_dir(path: Path) -> Path:
+    """A directory laid out like a user's project: the example DAGs and tests."""
+    path.mkdir(parents=True)
+    for part in ("dags", "tests"):
+        shutil.copytree(pages.EXAMPLES / part, path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    return path
+
+
+class Background:
+    """Everything this module runs, started together."""
+
+    def __init__(self, work: Path) -> None:
+        self.runners: dict[str, tuple[Job, Path]] = {}
+        self.sessions: dict[str, Job] = {}
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for run in DAG_RUNS:
+            groups.setdefault(run.get("group", "main"), []).append(run)
+        for group, runs in groups.items():
+            where = project_dir(work / f"dags-{group}")
+            (where / "spec.json").write_text(json.dumps(runs))
+            env = clean_env(
+                AIRFLOW_HOME=str(where / "airflow-home"),
+                AIRFLOW__CORE__DAGS_FOLDER=str(where / "dags"),
+                AIRFLOW__CORE__LOAD_EXAMPLES="False",
+            )
+            command = [sys.executable, str(RUNNER), "spec.json", "results.json"]
+            self.runners[group] = (start(f"runner-{group}", command, where, env), where / "results.json")
+        for page, prelude in SESSION_PAGES.items():
+            where = project_dir(work / f"session-{Path(page).stem}")
+            port = free_port()
+            script = pages.runnable_script(pages.DOCS / page).replace(DOCS_PORT, port)
+            (where / "session.sh").write_text(
+                f"set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n{prelude}\n\n{script}\n"
+            )
+            env = clean_env(AIRFLOW_HOME=str(where / "airflow-home"), AIRFLOW__CORE__LOAD_EXAMPLES="False")
+            self.sessions[page] = start(f"session-{Path(page).stem}", ["bash", "session.sh"], where, env)
+        self._results: dict[str, dict[str, Any]] = {}
+
+    def dag_run(self, name: str) -> tuple[dict[str, Any], str]:
+        """The run's result and its log."""
+        group = next(run.get("group", "main") for run in DAG_RUNS if run["name"] == name)
+        job, results = self.runners[group]
+        code = job.wait()
+        output = job.output()
+        assert code == 0 and results.exists(), f"{job.name} failed ({code}):\n{output[-8000:]}"
+        result = json.loads(results.read_text())[name]
+        log = output.partition(f"=== BEGIN {name}\n")[2].partition(f"=== END {name}\n")[0]
+        assert "error" not in result, f"{name}: {result['error']}\n{log[-8000:]}"
+        return result, log
+
+    def session(self, page: str) -> str:
+        job = self.sessions[page]
+        code = job.wait()
+        output = job.output()
+        assert code == 0, f"the commands of {page} failed ({code}):\n{output[-8000:]}"
+        return output
+
+    def stop(self) -> None:
+        for job, _ in self.runners.values():
+            job.kill()
+        for job in self.sessions.values():
+            job.kill()
+
+
+@pytest.fixture(scope="module")
+def background(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Background]:
+    started = Background(tmp_path_factory.mktemp("docs-examples"))
+    yield started
+    started.stop()
+
+
+def only_job(result: dict[str, Any], task_id: str) -> dict[str, Any]:
+    jobs = result["jobs"][task_id]
+    assert len(jobs) == 1, f"{task_id} submitted {len(jobs)} jobs: {jobs}"
+    assert KEY.match(jobs[0]["comment"]), jobs[0]
+    return jobs[0]
+
+
+# --- the DAG files ---------------------------------------------------------------------------------
+
+
+def test_slurm_train(background: Background) -> None:
+    result, log = background.dag_run("slurm_train")
+    assert result["state"] == "success", log[-8000:]
+    job = only_job(result, "train")
+    assert (job["name"], job["state"], job["exit_code"]) == ("llm-sft", "COMPLETED", 0)
+    assert result["xcom"]["train"]["job_state"] == "COMPLETED" and result["xcom"]["train"]["exit_code"] == 0
+    assert str(result["xcom"]["train"]["return_value"]) == job["job_id"]
+    assert result["xcom"]["report"]["return_value"] == f"job {job['job_id']}: COMPLETED, exit code 0"
+    assert "SlurmJobTrigger" in log  # the wait went through the trigger
+    assert f"Slurm job {job['job_id']} is COMPLETED; exit code 0" in log
+
+
+def test_slurm_train_failure_names_state_reason_and_exit_code(background: Background) -> None:
+    result, log = background.dag_run("slurm_train_bad_epochs")
+    assert result["state"] == "failed"
+    assert result["tasks"] == {"train": "failed", "report": "upstream_failed"}
+    job = only_job(result, "train")
+    assert (job["state"], job["exit_code"]) == ("FAILED", 2)
+    assert result["xcom"]["train"]["job_state"] == "FAILED" and result["xcom"]["train"]["exit_code"] == 2
+    assert f"AirflowException: Slurm job {job['job_id']} is FAILED; reason: NonZeroExitCode; exit code 2" in log
+
+
+def test_slurm_timeout_cancels_the_job(background: Background) -> None:
+    result, log = background.dag_run("slurm_timeout")
+    assert result["tasks"] == {"wait_for_dataset": "failed"}
+    job = only_job(result, "wait_for_dataset")
+    assert job["state"] == "CANCELLED"
+    assert f"Slurm job {job['job_id']} did not finish before the task's deadline; it was cancelled" in log
+
+
+def test_slurm_sensor(background: Background) -> None:
+    result, log = background.dag_run("slurm_sensor")
+    assert result["tasks"] == {"submit": "success", "wait": "success", "wait_in_worker": "success"}, log[-8000:]
+    assert only_job(result, "submit")["state"] == "COMPLETED"
+
+
+def test_slurm_cancel(background: Background) -> None:
+    result, log = background.dag_run("slurm_cancel")
+    assert result["state"] == "success", log[-8000:]
+    assert result["xcom"]["checkpoint"]["return_value"] == "RUNNING"  # the signal did not end the job
+    assert result["xcom"]["stop"]["return_value"] == "CANCELLED"
+    assert only_job(result, "sweep")["state"] == "CANCELLED"
+    assert only_job(result, "evaluate")["state"] == "COMPLETED"
+
+
+def test_slurm_custom_trigger(background: Background) -> None:
+    result, log = background.dag_run("slurm_custom_trigger")
+    assert result["state"] == "success", log[-8000:]
+    job = only_job(result, "train_and_register")
+    assert (job["name"], job["state"]) == ("train-resnet50", "COMPLETED")
+    assert str(result["xcom"]["train_and_register"]["return_value"]) == job["job_id"]
+    assert "registering resnet50" in log
+
+
+def test_slurm_hook(background: Background) -> None:
+    result, log = background.dag_run("slurm_hook")
+    assert result["state"] == "success", log[-8000:]
+    summary = result["xcom"]["job_summary"]["return_value"]
+    assert summary == {"state": "COMPLETED", "reason": None, "exit_code": 0, "source": "slurm"}
+    assert isinstance(result["xcom"]["pending_jobs"]["return_value"], int)
+
+
+def test_slurm_submit_options(background: Background) -> None:
+    result, log = background.dag_run("slurm_submit_options")
+    assert result["tasks"] == {"evaluate": "success", "fine_tune": "success"}, log[-8000:]
+    assert only_job(result, "evaluate")["state"] == "COMPLETED"
+    assert only_job(result, "fine_tune")["name"] == "llm-fine-tune"
+
+
+# --- the shell commands ----------------------------------------------------------------------------
+
+
+def test_installation_commands(background: Background) -> None:
+    from airflow_provider_slurmapi import __version__
+
+    output = background.session("installation.md")
+    assert re.search(rf"airflow-provider-slurmapi\s*\|\s*{re.escape(__version__)}", output), output
+
+
+def test_connection_commands(background: Background) -> None:
+    output = background.session("connection.md")
+    assert "Successfully added `conn_id`=slurm_job_api_default" in output, output
+    connection = json.loads(output[output.rindex("[{") :])[0]
+    assert connection["conn_type"] == "slurm_job_api"
+    assert connection["extra_dejson"] == {
+        "project_id": "my-project",
+        "region": "us-central1",
+        "cluster_id": "my-cluster",
+    }
+
+
+def test_testing_page_commands(background: Background) -> None:
+    output = background.session("testing.md")
+    assert "Connection success!" in output
+    assert output.count("is COMPLETED; exit code 0") >= 3, output[-8000:]  # three runs of slurm_train
+    assert re.search(r"\b3 passed\b", output), output[-8000:]  # the pytest example
+    # the fault script's lost submit reply was reconciled through the job's key
+    assert "looking for the job by its key before submitting again" in output
+    assert "The submit had reached Slurm" in output
