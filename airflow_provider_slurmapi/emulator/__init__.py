@@ -1,11 +1,11 @@
-"""A local stand-in for Google Cloud's Slurm Job API (callSlurmRestApi), for tests and demos::
+"""A local stand-in for Google Cloud's Slurm Job API (callSlurmRestApi), for tests and demos.
 
-    from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
+from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
 
-    with Emulator(EmulatorConfig(seconds_per_minute=2.0)) as emu:
-        token = emu.issue_token()
-        ...  # POST emu.url + "/v1beta1/projects/test-project/locations/us-central1/"
-             #      "modelDevelopmentClusters/test-cluster:callSlurmRestApi"
+with Emulator(EmulatorConfig(seconds_per_minute=2.0)) as emu:
+    token = emu.issue_token()
+    ...  # POST emu.url + "/v1beta1/projects/test-project/locations/us-central1/"
+         #      "modelDevelopmentClusters/test-cluster:callSlurmRestApi"
 """
 
 from airflow_provider_slurmapi.emulator.backend import BuiltinBackend, SlurmBackend, SlurmRequest
