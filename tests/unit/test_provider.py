@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from airflow_provider_slurmapi.get_provider_info import CONN_FIELDS, get_provider_info
+from airflow_provider_slurmapi.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIOUR, get_provider_info
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 
 HEAVY = ("google", "aiohttp", "requests", "jsonschema")
@@ -55,10 +55,25 @@ def test_airflow_cli_lists_provider_hook_and_trigger(tmp_path) -> None:
     assert "airflow_provider_slurmapi.triggers.job" in listed["triggers"]
 
 
-def test_classic_form_widgets_cover_conn_fields() -> None:
-    """Airflow 2.x builds its form from these (wtforms is present there)."""
+def test_airflow_2_form_shows_every_field() -> None:
+    """Airflow 2.x builds its connection form from the widgets its providers manager registered."""
     import pytest
 
-    pytest.importorskip("wtforms")
-    pytest.importorskip("flask_appbuilder")
-    assert set(SlurmJobApiHook.get_connection_form_widgets()) == set(CONN_FIELDS)
+    pytest.importorskip("flask_appbuilder", reason="Airflow 3 reads conn-fields instead of widgets")
+    from airflow.providers_manager import ProvidersManager
+
+    manager = ProvidersManager()
+    hook = manager.hooks["slurm_job_api"]
+    assert (hook.hook_name, hook.package_name) == ("Google Cloud Slurm Job API", "airflow-provider-slurmapi")
+    assert hook.connection_testable
+    widgets = {
+        info.field_name: info
+        for name, info in manager.connection_form_widgets.items()
+        if name.startswith("extra__slurm_job_api__")
+    }
+    assert set(widgets) == set(CONN_FIELDS)
+    for name, info in widgets.items():
+        assert str(info.field.args[0]) == CONN_FIELDS[name]["label"], name
+        assert info.field.kwargs["description"] == CONN_FIELDS[name]["description"], name
+    assert [name for name, info in widgets.items() if info.is_sensitive] == ["keyfile_dict"]
+    assert manager.field_behaviours["slurm_job_api"]["hidden_fields"] == UI_FIELD_BEHAVIOUR["hidden-fields"]
