@@ -6,12 +6,15 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_slurmapi.client.jobs import LOST_JOB_GRACE
+
+if TYPE_CHECKING:
+    from airflow_provider_slurmapi.triggers.polling import JobReader, SharedJobReader
 
 
 class SlurmJobTrigger(BaseTrigger):
@@ -72,8 +75,32 @@ class SlurmJobTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        # One async generator and nothing nested in it: a loop shutting down closes all its async
-        # generators at once, and a nested one would be closed twice.
+        # The watch is a plain coroutine: a loop shutting down closes all its async generators at
+        # once, and one nested in this generator would be closed twice.
+        try:
+            event = await self._watch()
+        except asyncio.CancelledError:
+            # Airflow < 3.3 has no on_kill for triggers: tell a user's kill from a triggerer stop
+            # by the task's state, the way the Google provider's BigQuery trigger does.
+            if self.cancel_on_kill and not AIRFLOW_V_3_3_PLUS and await self._task_left_deferred():
+                await self._cancel("Task killed")
+            raise
+        yield event
+
+    async def _watch(self) -> TriggerEvent:
+        """The job's one event: finished, timeout or error. The reader's session closes before it."""
+        from airflow_provider_slurmapi.triggers.polling import ReaderLease
+
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                reader = await stack.enter_async_context(
+                    ReaderLease(self.job_id, self.hook_kwargs, self.poll_interval, shared=self.shared_polling)
+                )
+            except Exception as error:  # bad connection or credentials: the task must say why
+                return self._event("error", message=f"cannot reach the Slurm Job API: {error}")
+            return await self._poll_to_the_end(reader)
+
+    async def _poll_to_the_end(self, reader: JobReader | SharedJobReader) -> TriggerEvent:
         from airflow_provider_slurmapi.client.errors import (
             JobLostError,
             JobNotFoundError,
@@ -81,66 +108,42 @@ class SlurmJobTrigger(BaseTrigger):
             UnknownJobStateError,
         )
         from airflow_provider_slurmapi.client.jobs import MissingJobWatch
-        from airflow_provider_slurmapi.triggers.polling import ReaderLease
 
-        try:
-            async with contextlib.AsyncExitStack() as stack:
+        last_state = None
+        missing = MissingJobWatch(self.lost_grace)
+        while True:
+            remaining = None if self.deadline is None else self.deadline - time.time()
+            if remaining is not None and remaining <= 0:
+                cancelled = self.cancel_on_kill and await reader.client.cancel_job(self.job_id)
+                outcome = "; it was cancelled" if cancelled else ""
+                message = f"Slurm job {self.job_id} did not finish before the task's deadline{outcome}"
+                return self._event("timeout", message=message)
+            try:
+                status = await reader.read(self.job_id, wait=remaining)
+                if status is None:  # the deadline came first
+                    continue
+                missing.seen(status, time.monotonic())
+            except JobNotFoundError:
                 try:
-                    reader = await stack.enter_async_context(
-                        ReaderLease(self.job_id, self.hook_kwargs, self.poll_interval, shared=self.shared_polling)
-                    )
-                except Exception as error:  # bad connection or credentials: the task must say why
-                    yield self._event("error", message=f"cannot reach the Slurm Job API: {error}")
-                    return
-                last_state = None
-                missing = MissingJobWatch(self.lost_grace)
-                while True:
-                    remaining = None if self.deadline is None else self.deadline - time.time()
-                    if remaining is not None and remaining <= 0:
-                        cancelled = self.cancel_on_kill and await reader.client.cancel_job(self.job_id)
-                        outcome = "; it was cancelled" if cancelled else ""
-                        message = f"Slurm job {self.job_id} did not finish before the task's deadline{outcome}"
-                        yield self._event("timeout", message=message)
-                        return
-                    try:
-                        status = await reader.read(self.job_id, wait=remaining)
-                    except JobNotFoundError:
-                        try:
-                            missing.missing(self.job_id, time.monotonic())
-                        except JobLostError as lost:
-                            yield self._event("error", message=str(lost))
-                            return
-                        self.log.warning(
-                            "Slurm job %s is in neither queue nor accounting yet; still looking", self.job_id
-                        )
-                        continue
-                    except SlurmJobApiError as error:
-                        if not error.retryable:
-                            yield self._event("error", message=str(error))
-                            return
-                        # The client already retried with backoff: keep watching, never lose the job.
-                        self.log.warning("Slurm job %s: status unavailable for now: %s", self.job_id, error)
-                        continue
-                    if status is None:  # the deadline came first
-                        continue
-                    try:
-                        missing.seen(status, time.monotonic())
-                    except UnknownJobStateError as unknown:
-                        yield self._event("error", message=str(unknown))
-                        return
-                    if status.is_finished:
-                        self.log.info("%s", status.describe())
-                        yield self._event("finished", job=status.to_dict())
-                        return
-                    if (status.state, status.reason) != last_state:
-                        self.log.info("%s", status.describe())
-                        last_state = (status.state, status.reason)
-        except asyncio.CancelledError:
-            # Airflow < 3.3 has no on_kill for triggers: tell a user's kill from a triggerer stop
-            # by the task's state, the way the Google provider's BigQuery trigger does.
-            if self.cancel_on_kill and not AIRFLOW_V_3_3_PLUS and await self._task_left_deferred():
-                await self._cancel("Task killed")
-            raise
+                    missing.missing(self.job_id, time.monotonic())
+                except JobLostError as lost:
+                    return self._event("error", message=str(lost))
+                self.log.warning("Slurm job %s is in neither queue nor accounting yet; still looking", self.job_id)
+                continue
+            except UnknownJobStateError as unknown:
+                return self._event("error", message=str(unknown))
+            except SlurmJobApiError as error:
+                if not error.retryable:
+                    return self._event("error", message=str(error))
+                # The client already retried with backoff: keep watching, never lose the job.
+                self.log.warning("Slurm job %s: status unavailable for now: %s", self.job_id, error)
+                continue
+            if status.is_finished:
+                self.log.info("%s", status.describe())
+                return self._event("finished", job=status.to_dict())
+            if (status.state, status.reason) != last_state:
+                self.log.info("%s", status.describe())
+                last_state = (status.state, status.reason)
 
     async def on_kill(self) -> None:
         """The user killed the deferred task: cancel its job (a triggerer restart does not come here)."""

@@ -118,18 +118,22 @@ def slurm_says(emulator: Emulator, monkeypatch: pytest.MonkeyPatch, job_id: str)
     return status.state, status.effective_exit_code.return_code if status.effective_exit_code else None
 
 
+def run_to_the_end(airflow: Airflow, api: RestApi, conf: dict[str, Any], expected: str) -> tuple[list[dict], str]:
+    """A run that must end ``expected`` after its task deferred to the real triggerer: its task log."""
+    run, states, trigger = run_dag(airflow, api, conf)
+    check_no_state_mismatch(api, run)
+    assert run["state"] == expected, f"run {run['dag_run_id']} is {run['state']}; task states: {states}"
+    assert states[-1] == expected, states
+    check_triggerer_ran_it(api, states, trigger)
+    entries = task_log(api, run)
+    return entries, text(entries)
+
+
 def test_deferred_run_succeeds(
     airflow: Airflow, api: RestApi, emulator: Emulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with airflow.explained():
-        run, states, trigger = run_dag(airflow, api, {"epochs": EPOCHS})
-        check_no_state_mismatch(api, run)
-        assert run["state"] == "success", f"run {run['dag_run_id']} is {run['state']}; task states: {states}"
-        assert states[-1] == "success", states
-        check_triggerer_ran_it(api, states, trigger)
-
-        entries = task_log(api, run)
-        log = text(entries)
+        entries, log = run_to_the_end(airflow, api, {"epochs": EPOCHS}, "success")
         trigger_lines = [e["event"] for e in entries if e.get("logger") == TRIGGER]
         running = [line for line in trigger_lines if re.fullmatch(r"Slurm job \d+ is RUNNING", line)]
         assert running, f"no 'Slurm job N is RUNNING' line from the trigger in the task log:\n{log}"
@@ -146,14 +150,7 @@ def test_failing_job_fails_the_task_and_the_run(
     airflow: Airflow, api: RestApi, emulator: Emulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with airflow.explained():
-        run, states, trigger = run_dag(airflow, api, {"exit_code": 3, "epochs": EPOCHS})
-        check_no_state_mismatch(api, run)
-        assert run["state"] == "failed", f"run {run['dag_run_id']} is {run['state']}; task states: {states}"
-        assert states[-1] == "failed", states
-        check_triggerer_ran_it(api, states, trigger)
-
-        entries = task_log(api, run)
-        log = text(entries)
+        entries, log = run_to_the_end(airflow, api, {"exit_code": 3, "epochs": EPOCHS}, "failed")
         failed = r"Slurm job (\d+) is FAILED(; reason: \w+)?; exit code 3"
         found = re.search(rf"\[{re.escape(TRIGGER)}\] {failed}", log)
         assert found, log
