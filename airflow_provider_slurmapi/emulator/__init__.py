@@ -18,6 +18,7 @@ from airflow_provider_slurmapi.emulator.faults import (
     FaultRecord,
     ScriptedFault,
 )
+from airflow_provider_slurmapi.emulator.request_log import LoggedCall, RequestLog
 
 __all__ = [
     "FAULT_HEADER",
@@ -28,6 +29,8 @@ __all__ = [
     "FaultInjector",
     "FaultPlan",
     "FaultRecord",
+    "LoggedCall",
+    "RequestLog",
     "ScriptedFault",
     "SlurmBackend",
     "SlurmRequest",

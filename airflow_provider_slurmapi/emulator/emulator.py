@@ -16,6 +16,7 @@ from aiohttp import web
 from airflow_provider_slurmapi.emulator import auth
 from airflow_provider_slurmapi.emulator.backend import BuiltinBackend, SlurmBackend
 from airflow_provider_slurmapi.emulator.faults import FaultInjector, FaultPlan, ScriptedFault
+from airflow_provider_slurmapi.emulator.request_log import RequestLog
 from airflow_provider_slurmapi.emulator.server import ClusterKey, ServerState, make_app
 from airflow_provider_slurmapi.emulator.slurmrestd import SlurmrestdBackend
 
@@ -106,6 +107,8 @@ class Emulator:
         self.service_account_info: dict[str, Any] = {}
         # change it at any time, from any thread: set_plan(), script(), clear(); read injected/log/calls
         self.faults = FaultInjector(self.config.faults, self.config.fault_script)
+        # every call the backend answered, e.g. emulator.requests.calls("DELETE") in a test
+        self.requests = RequestLog()
 
     # --- public ---------------------------------------------------------------------------------
 
@@ -211,6 +214,7 @@ class Emulator:
             denied_principals=frozenset(self.config.denied_principals),
             query_strings=self.config.query_strings,
             faults=self.faults,
+            requests=self.requests,
         )
         self._runner = web.AppRunner(make_app(state), access_log=None, shutdown_timeout=5.0)
         await self._runner.setup()

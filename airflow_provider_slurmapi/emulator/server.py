@@ -25,6 +25,7 @@ from aiohttp import web
 from airflow_provider_slurmapi.emulator import auth
 from airflow_provider_slurmapi.emulator.backend import BackendUnavailable, SlurmBackend, SlurmRequest
 from airflow_provider_slurmapi.emulator.faults import FAULT_HEADER, FaultInjector
+from airflow_provider_slurmapi.emulator.request_log import RequestLog
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class ServerState:
     denied_principals: frozenset[str] = field(default_factory=frozenset)
     query_strings: bool = True  # False: refuse a query string in ``path`` (the API does not say)
     faults: FaultInjector = field(default_factory=FaultInjector)
+    requests: RequestLog = field(default_factory=RequestLog)
 
 
 STATE_KEY: web.AppKey[ServerState] = web.AppKey("emulator_state", ServerState)
@@ -208,6 +210,7 @@ async def _answer(
         log.warning("%s %s %s -> unavailable: %s", principal, slurm_request.method, path, exc)
         return google_error(503, f"The cluster {resource} is unavailable: {exc}")
     log.info("%s %s %s -> %s", principal, slurm_request.method, path, status)
+    state.requests.record(slurm_request.method, path, slurm_request.query, status)
     if isinstance(reply, str):  # a text/plain answer has no structured form
         return web.json_response({"status": status, "body": reply})
     if state.reply_shape == "body":

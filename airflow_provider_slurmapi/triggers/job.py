@@ -30,9 +30,12 @@ class SlurmJobTrigger(BaseTrigger):
     :param poll_interval: seconds between two status reads.
     :param hook_kwargs: ``SlurmJobApiAsyncHook`` arguments (connection ID and cluster overrides).
     :param cancel_on_kill: cancel the job at the deadline and when a user kills the deferred task
-        (mark failed or success, clear). Airflow 3.3+ calls ``on_kill`` only for such user actions,
-        never when the triggerer stops or hands the trigger over; on older Airflow the trigger
-        cancels only when its task instance is no longer DEFERRED.
+        (mark failed or success, clear). A stopped trigger (``on_kill`` on Airflow 3.3+, the
+        cancellation itself on older Airflow) cancels the job only after reading that its task
+        instance is no longer DEFERRED: Airflow also stops a trigger when its triggerer shuts down,
+        and, on 3.3, calls ``on_kill`` when a triggerer that stalled past the health-check
+        threshold finds its triggers adopted by another triggerer, whose trigger still watches the
+        job. A state that cannot be read never cancels a job.
     :param shared_polling: read the job's state through one poller shared by all triggers of the
         same cluster and credentials in this triggerer (one API call per interval for all of them);
         False reads it with a call of its own every interval.
@@ -80,10 +83,8 @@ class SlurmJobTrigger(BaseTrigger):
         try:
             event = await self._watch()
         except asyncio.CancelledError:
-            # Airflow < 3.3 has no on_kill for triggers: tell a user's kill from a triggerer stop
-            # by the task's state, the way the Google provider's BigQuery trigger does.
-            if self.cancel_on_kill and not AIRFLOW_V_3_3_PLUS and await self._task_left_deferred():
-                await self._cancel("Task killed")
+            if not AIRFLOW_V_3_3_PLUS:  # no on_kill for triggers: a kill and a triggerer stop both come here
+                await self._cancel_if_killed()
             raise
         yield event
 
@@ -146,31 +147,43 @@ class SlurmJobTrigger(BaseTrigger):
                 last_state = (status.state, status.reason)
 
     async def on_kill(self) -> None:
-        """The user killed the deferred task: cancel its job (a triggerer restart does not come here)."""
-        if self.cancel_on_kill:
-            await self._cancel("Task killed")
+        """Airflow 3.3+ stopped the trigger for a user's kill, or because another triggerer adopted it."""
+        await self._cancel_if_killed()
 
-    async def _cancel(self, why: str) -> None:
+    async def _cancel_if_killed(self) -> None:
+        """Cancel the job only if a user killed the task: its task instance is no longer DEFERRED.
+
+        A task still DEFERRED is watched by a trigger elsewhere (this triggerer stalled and another
+        adopted its triggers, or it is shutting down): its job must run on.
+        """
+        if not self.cancel_on_kill:
+            return
+        ti = getattr(self, "task_instance", None)
+        if ti is None:
+            self.log.warning("Trigger stopped with no task instance to check; not cancelling Slurm job %s", self.job_id)
+            return
+        try:
+            state = await (_task_state_v3(ti) if AIRFLOW_V_3_0_PLUS else _task_state_v2(ti))
+        except Exception as error:  # unsure: never cancel a job on a guess
+            self.log.warning(
+                "Cannot read the state of task %s (%s); not cancelling Slurm job %s", ti.task_id, error, self.job_id
+            )
+            return
+        if state == "deferred":
+            self.log.info(
+                "Trigger stopped while task %s is still deferred (another triggerer watches it): "
+                "Slurm job %s runs on",
+                ti.task_id,
+                self.job_id,
+            )
+            return
         from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiAsyncHook
 
         client = await SlurmJobApiAsyncHook(**self.hook_kwargs).get_client()
         async with client:
             active = await client.cancel_job(self.job_id)
-        self.log.info("%s: %s Slurm job %s", why, "cancelled" if active else "nothing to cancel for", self.job_id)
-
-    async def _task_left_deferred(self) -> bool:
-        """Whether the task instance is no longer DEFERRED (a user acted on it), on Airflow < 3.3."""
-        from airflow.utils.state import TaskInstanceState
-
-        ti = getattr(self, "task_instance", None)
-        if ti is None:
-            return False
-        try:
-            state = await (_task_state_v3(ti) if AIRFLOW_V_3_0_PLUS else _task_state_v2(ti))
-        except Exception as error:  # unsure: never cancel a job on a guess
-            self.log.warning("Cannot read the state of task %s (%s); not cancelling its job", ti.task_id, error)
-            return False
-        return state != TaskInstanceState.DEFERRED
+        outcome = "cancelled" if active else "nothing to cancel for"
+        self.log.info("Task killed (now %s): %s Slurm job %s", state, outcome, self.job_id)
 
     def _event(self, status: str, **payload: Any) -> TriggerEvent:
         return TriggerEvent({"status": status, "job_id": self.job_id, **payload})
@@ -183,7 +196,10 @@ async def _task_state_v3(ti: Any) -> str | None:
     states = await sync_to_async(RuntimeTaskInstance.get_task_states)(
         dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index
     )
-    return states[ti.run_id][ti.task_id]
+    # the execution API names a mapped task instance "<task_id>_<map_index>"
+    key = ti.task_id if ti.map_index is None or ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
+    run_states = states[ti.run_id]  # a missing entry raises: an unread state never cancels
+    return run_states[key] if key in run_states else run_states[ti.task_id]
 
 
 async def _task_state_v2(ti: Any) -> str | None:

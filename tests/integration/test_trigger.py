@@ -167,13 +167,28 @@ async def watch_then_stop(trigger: SlurmJobTrigger) -> None:
     await events.aclose()
 
 
-async def test_killing_the_deferred_task_cancels_its_job(slurm_connection: str) -> None:
+def task_state_reads(monkeypatch: pytest.MonkeyPatch, task_state: str | None) -> None:
+    """The trigger reads its task's state as ``task_state`` (None: the read fails), on every Airflow."""
+    from airflow_provider_slurmapi.triggers import job as trigger_module
+
+    async def task_state_of(ti: object) -> str:
+        if task_state is None:
+            raise RuntimeError("API server unreachable")
+        return task_state
+
+    monkeypatch.setattr(trigger_module, "_task_state_v3", task_state_of)
+    monkeypatch.setattr(trigger_module, "_task_state_v2", task_state_of)
+
+
+async def test_killing_the_deferred_task_cancels_its_job(slurm_connection: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    task_state_reads(monkeypatch, "failed")  # a user marked the task failed
     job_id = submit(slurm_connection, "sleep 120")
     trigger = SlurmJobTrigger(
         job_id, poll_interval=0.3, cancel_on_kill=True, hook_kwargs={"slurm_conn_id": slurm_connection}
     )
+    trigger.task_instance = types.SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=-1)
     await watch_then_stop(trigger)
-    await trigger.on_kill()  # what Airflow calls when a user marks, clears or fails the task
+    await trigger.on_kill()  # what Airflow 3.3 calls when a user marks, clears or fails the task
     status = SlurmJobApiHook(slurm_connection).wait_for_job(job_id, poll_interval=0.3, timeout=30)
     assert status.state == "CANCELLED"
 
@@ -208,14 +223,8 @@ async def test_before_airflow_3_3_a_stopped_trigger_cancels_only_if_the_task_lef
     # state that cannot be read never cancels a job.
     from airflow_provider_slurmapi.triggers import job as trigger_module
 
-    async def task_state_of(ti: object) -> str:
-        if task_state is None:
-            raise RuntimeError("API server unreachable")
-        return task_state
-
     monkeypatch.setattr(trigger_module, "AIRFLOW_V_3_3_PLUS", False)
-    monkeypatch.setattr(trigger_module, "_task_state_v3", task_state_of)
-    monkeypatch.setattr(trigger_module, "_task_state_v2", task_state_of)
+    task_state_reads(monkeypatch, task_state)
     job_id = submit(slurm_connection, "sleep 120")
     trigger = SlurmJobTrigger(
         job_id, poll_interval=0.3, cancel_on_kill=True, hook_kwargs={"slurm_conn_id": slurm_connection}
