@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from airflow_provider_slurmapi.triggers.polling import JobReader, SharedJobReader
 
 
+# Stopping triggers' checks and cancels still running, kept here so that they run to the end.
+_STOPPING: set[asyncio.Future[None]] = set()
+
+
 class SlurmJobTrigger(BaseTrigger):
     """Polls a Slurm job until it finishes and emits one event carrying its final status.
 
@@ -84,7 +88,7 @@ class SlurmJobTrigger(BaseTrigger):
             event = await self._watch()
         except asyncio.CancelledError:
             if not AIRFLOW_V_3_3_PLUS:  # no on_kill for triggers: a kill and a triggerer stop both come here
-                await self._cancel_if_killed()
+                await self._finish_stopping()
             raise
         yield event
 
@@ -148,7 +152,15 @@ class SlurmJobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """Airflow 3.3+ stopped the trigger for a user's kill, or because another triggerer adopted it."""
-        await self._cancel_if_killed()
+        await self._finish_stopping()
+
+    async def _finish_stopping(self) -> None:
+        # Airflow 3.3 cancels a stopping trigger again at every triggerer loop (about 1 s) until it
+        # has ended, which would cut the state read or the cancel short: run them in a task of their own.
+        task = asyncio.ensure_future(self._cancel_if_killed())
+        _STOPPING.add(task)
+        task.add_done_callback(_STOPPING.discard)
+        await asyncio.shield(task)
 
     async def _cancel_if_killed(self) -> None:
         """Cancel the job only if a user killed the task: its task instance is no longer DEFERRED.

@@ -124,13 +124,19 @@ class Airflow:
         if result.returncode != 0:
             raise AssertionError(f"airflow db migrate failed:\n{(result.stdout + result.stderr)[-5000:]}")
 
-    def start(self, component: str, *args: str) -> None:
+    def start(self, component: str, *args: str, name: str | None = None, **env: str) -> None:
+        """Start ``airflow <component>``, known as ``name`` (two triggerers need two names), with more ``env``."""
         if component == "api-server":
             args = ("--host", "127.0.0.1", "--port", str(self.port), "--workers", "1", *args)
-        with self.log_file(component).open("wb") as log:
+        name = name or component
+        with self.log_file(name).open("wb") as log:
             # a session of its own: stop() signals the whole process group
-            self.processes[component] = subprocess.Popen(
-                [AIRFLOW, component, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            self.processes[name] = subprocess.Popen(
+                [AIRFLOW, component, *args],
+                env={**self.env, **env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     def wait_until_up(self, timeout: float = 180) -> None:

@@ -4,7 +4,7 @@ A triggerer that stalls past ``triggerer_health_check_threshold`` loses its trig
 triggerer. When it resumes, ``TriggerRunnerSupervisor.update_triggers`` finds them missing from the
 IDs it is asked to run and queues them for cancelling; ``TriggerRunner.cancel_triggers`` cancels
 them with the user-action message, and ``run_trigger`` calls ``on_kill``, exactly as for a user's
-kill. Only the task instance's state tells the two apart: still DEFERRED after a reassignment, no
+kill; it cancels them again at every loop until they have ended. Only the task instance's state tells the two apart: still DEFERRED after a reassignment, no
 longer DEFERRED after a user's kill. Here Airflow's real supervisor and runner code runs our
 trigger against the emulator; only the answer to the state query stands in for the API server.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import types
 from collections.abc import Iterator
 
@@ -20,6 +21,7 @@ import pytest
 
 from airflow_provider_slurmapi.emulator import Emulator
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
+from airflow_provider_slurmapi.triggers import job as trigger_module
 from airflow_provider_slurmapi.triggers.job import SlurmJobTrigger
 from tests.integration.test_trigger import submit
 
@@ -46,6 +48,7 @@ class StateAnswers:
         if not isinstance(msg, GetTaskStates):
             return None  # e.g. the secrets masker's MaskSecret, which expects no answer
         self.asked.append(msg)
+        time.sleep(1.5)  # a busy API server: the answer comes after the triggerer's next loop
         if self.state is None:
             raise ConnectionError("the API server did not answer")
         key = "train" if self.map_index < 0 else f"train_{self.map_index}"  # how the API names mapped tasks
@@ -70,10 +73,15 @@ async def reassign_away(trigger: SlurmJobTrigger) -> None:
     )
     TriggerRunnerSupervisor.update_triggers(supervisor, set())
     assert supervisor.cancelling_triggers == {TRIGGER_ID}
-    runner.to_cancel.extend(supervisor.cancelling_triggers)  # what sync_state_to_supervisor hands the runner
-    await runner.cancel_triggers()
+    # Each loop the supervisor hands the runner the triggers still to cancel, until they have ended.
+    while not task.done():
+        runner.to_cancel.extend(supervisor.cancelling_triggers)
+        await runner.cancel_triggers()
+        await asyncio.wait([task], timeout=1)
     with pytest.raises(asyncio.CancelledError):
         await task
+    while trigger_module._STOPPING:  # the state read and the cancel outlive the trigger's task
+        await asyncio.sleep(0.1)
 
 
 @pytest.mark.parametrize("map_index", [-1, 3])
