@@ -183,8 +183,7 @@ class SlurmJobTrigger(BaseTrigger):
             return
         if state == "deferred":
             self.log.info(
-                "Trigger stopped while task %s is still deferred (another triggerer watches it): "
-                "Slurm job %s runs on",
+                "Trigger stopped while task %s is still deferred (another triggerer watches it): Slurm job %s runs on",
                 ti.task_id,
                 self.job_id,
             )

@@ -180,7 +180,9 @@ def task_state_reads(monkeypatch: pytest.MonkeyPatch, task_state: str | None) ->
     monkeypatch.setattr(trigger_module, "_task_state_v2", task_state_of)
 
 
-async def test_killing_the_deferred_task_cancels_its_job(slurm_connection: str, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_killing_the_deferred_task_cancels_its_job(
+    slurm_connection: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     task_state_reads(monkeypatch, "failed")  # a user marked the task failed
     job_id = submit(slurm_connection, "sleep 120")
     trigger = SlurmJobTrigger(
