@@ -166,6 +166,14 @@ class Airflow:
     def api(self) -> RestApi:
         return RestApi(self.url, self.token())
 
+    def api_for(self, dag_id: str) -> RestApi:
+        """A REST API client with a token, once the dag-processor has parsed ``dag_id``, which it unpauses."""
+        api = self.api()
+        with self.explained():
+            wait_for(lambda: api.get(f"/api/v2/dags/{dag_id}", missing_ok=True), 180, f"the DAG {dag_id} to be parsed")
+            assert api.patch(f"/api/v2/dags/{dag_id}", {"is_paused": False})["is_paused"] is False
+        return api
+
     def stop(self) -> None:
         """Stop every component: SIGTERM to its process group, SIGKILL to whatever is left."""
         for process in self.processes.values():

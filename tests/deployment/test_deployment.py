@@ -17,7 +17,7 @@ import pytest
 
 from airflow_provider_slurmapi.emulator import Emulator
 from tests.conftest import connection_json
-from tests.deployment.airflow_services import Airflow, RestApi, require_airflow_3, running, wait_for
+from tests.deployment.airflow_services import Airflow, RestApi, require_airflow_3, running
 
 pytestmark = pytest.mark.deployment
 
@@ -46,12 +46,7 @@ def airflow(emulator: Emulator, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 @pytest.fixture(scope="module")
 def api(airflow: Airflow) -> RestApi:
-    """A REST API client with a token, once the dag-processor has parsed the DAG and it is unpaused."""
-    api = airflow.api()
-    with airflow.explained():
-        wait_for(lambda: api.get(f"/api/v2/dags/{DAG_ID}", missing_ok=True), 180, f"the DAG {DAG_ID} to be parsed")
-        assert api.patch(f"/api/v2/dags/{DAG_ID}", {"is_paused": False})["is_paused"] is False
-    return api
+    return airflow.api_for(DAG_ID)
 
 
 def run_dag(airflow: Airflow, api: RestApi, conf: dict[str, Any], timeout: float = 240) -> tuple[dict, list, dict]:

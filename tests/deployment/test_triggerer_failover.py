@@ -90,11 +90,7 @@ def triggerer_jobs(db: Postgres) -> set[int]:
 
 @pytest.fixture(scope="module")
 def api(airflow: Airflow) -> RestApi:
-    api = airflow.api()
-    with airflow.explained():
-        wait_for(lambda: api.get(f"/api/v2/dags/{DAG_ID}", missing_ok=True), 180, f"the DAG {DAG_ID} to be parsed")
-        assert api.patch(f"/api/v2/dags/{DAG_ID}", {"is_paused": False})["is_paused"] is False
-    return api
+    return airflow.api_for(DAG_ID)
 
 
 @dataclass
@@ -132,6 +128,11 @@ class Fleet:
             self.run_id,
         )
         return {TRIGGERER_JOBS.get(job, "unassigned" if job is None else f"job {job}"): count for job, count in rows}
+
+    def record_triggers(self, label: str) -> dict[str, int]:
+        held = self.triggers_per_triggerer()
+        self.report[label] = {name: held.get(name, 0) for name in TRIGGERERS}
+        return self.report[label]
 
     def jobs_per_task(self) -> dict[int, list[Any]]:
         """The emulator's jobs carrying each task's submission key."""
@@ -229,25 +230,24 @@ def stalled(airflow: Airflow, name: str) -> Iterator[None]:
                 process.send_signal(signal.SIGCONT)
 
 
-def busiest_triggerer(fleet: Fleet) -> tuple[str, str]:
-    """The triggerer holding the most of the run's triggers, and the other one."""
-    held = fleet.triggers_per_triggerer()
-    fleet.report["triggers before"] = {name: held.get(name, 0) for name in TRIGGERERS}
-    victim = max(TRIGGERERS, key=lambda name: held.get(name, 0))
+def start_watched_run(fleet: Fleet, seconds: int) -> tuple[str, str]:
+    """Start a run and wait until every job is watched: the triggerer holding most of its triggers, and the other."""
+    fleet.start(seconds)
+    fleet.wait_all_watched()
+    held = fleet.record_triggers("triggers before")
+    victim = max(TRIGGERERS, key=lambda name: held[name])
     (survivor,) = (name for name in TRIGGERERS if name != victim)
     return victim, survivor
 
 
 def test_stalled_triggerer_that_resumes_cancels_nothing(fleet: Fleet) -> None:
     with fleet.airflow.explained():
-        fleet.start(seconds=60)
-        fleet.wait_all_watched()
-        victim, survivor = busiest_triggerer(fleet)
+        victim, survivor = start_watched_run(fleet, seconds=60)
         stopped_at = time.time()
         with stalled(fleet.airflow, victim):
             fleet.report["seconds to adoption"] = round(fleet.adopted_by(survivor, stopped_at), 1)
         resumed_at = time.time()
-        fleet.report["triggers after"] = {name: fleet.triggers_per_triggerer().get(name, 0) for name in TRIGGERERS}
+        fleet.record_triggers("triggers after")
         fleet.report["seconds stalled"] = round(resumed_at - stopped_at, 1)
         # Airflow 3.3 stops every trigger the resumed triggerer lost through on_kill, as for a user's
         # kill; each must see its task still deferred and leave the job alone
@@ -264,7 +264,7 @@ def test_a_user_marking_a_deferred_task_failed_cancels_its_job_only(fleet: Fleet
     with fleet.airflow.explained():
         fleet.start(seconds=30)
         fleet.wait_all_watched()
-        fleet.report["triggers before"] = fleet.triggers_per_triggerer()
+        fleet.record_triggers("triggers before")
         killed = fleet.job_of(0)
         marked_at = time.time()
         fleet.api.patch(
@@ -290,9 +290,7 @@ def test_a_user_marking_a_deferred_task_failed_cancels_its_job_only(fleet: Fleet
 
 def test_killed_triggerer_is_replaced_and_one_poller_serves_all_jobs(fleet: Fleet) -> None:
     with fleet.airflow.explained():
-        fleet.start(seconds=60)
-        fleet.wait_all_watched()
-        victim, survivor = busiest_triggerer(fleet)
+        victim, survivor = start_watched_run(fleet, seconds=60)
         killed_at = time.time()
         for process in process_tree(fleet.airflow, victim):
             with contextlib.suppress(psutil.NoSuchProcess):
@@ -300,7 +298,7 @@ def test_killed_triggerer_is_replaced_and_one_poller_serves_all_jobs(fleet: Flee
         fleet.airflow.processes.pop(victim).wait(timeout=30)  # gone on purpose: not a component failure
         fleet.report["seconds to adoption"] = round(fleet.adopted_by(survivor, killed_at), 1)
         adopted_at = time.time()
-        fleet.report["triggers after"] = {name: fleet.triggers_per_triggerer().get(name, 0) for name in TRIGGERERS}
+        fleet.record_triggers("triggers after")
         fleet.check_every_task_succeeded_with_one_job()
         # the survivor's one poller asks for every job's state in one call per interval
         first_full_poll = min(
