@@ -140,7 +140,7 @@ def summary(all_cases: list[Case]) -> str:
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0], full=15, quick=3, what="fresh interpreters per case")
+    args = parse_args(__doc__.splitlines()[0], full=15, quick=1, what="fresh interpreters per case")
     use_private_airflow_home()
     all_cases = cases()
     run(all_cases, args.n)
