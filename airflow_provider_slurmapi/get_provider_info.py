@@ -5,10 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_slurmapi import __version__
+from airflow_provider_slurmapi.client.paths import API_VERSION_PATTERN, DEFAULT_API_VERSION
+from airflow_provider_slurmapi.client.retry import RETRY_ATTEMPTS_RANGE, RETRY_MAX_SECONDS_RANGE, RetryPolicy
+
+CONN_TYPE = "slurm_job_api"
+DEFAULT_CONN_ID = "slurm_job_api_default"
 
 
 def _text(label: str, description: str, **schema: Any) -> dict[str, Any]:
     return {"label": label, "description": description, "schema": {"type": ["string", "null"], **schema}}
+
+
+def _range(bounds: tuple[int, int]) -> str:
+    return f"{bounds[0]}-{bounds[1]}"
 
 
 # The connection's extra fields: shown by Airflow 3.2+'s form, and by 2.x through the hook's widgets.
@@ -19,8 +28,8 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
     "api_version": _text(
         "Slurm REST API version",
         "Version of the Slurm REST paths, v0.0.NN; use the one your cluster's Slurm serves.",
-        default="v0.0.42",
-        pattern=r"^v0\.0\.\d{2}$",
+        default=DEFAULT_API_VERSION,
+        pattern=f"^{API_VERSION_PATTERN}$",
         examples=["v0.0.42", "v0.0.41", "v0.0.40"],
     ),
     "endpoint": _text(
@@ -43,12 +52,14 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
     "retry_attempts": _text(
         "API retries: attempts",
         "How often a status read or a cancel is tried when the API fails transiently "
-        "(UNAVAILABLE, 429, 5xx, connection errors), 1-20. Empty: 5. A submit is never resent blindly.",
-        pattern=r"^([1-9]|1[0-9]|20)$",
+        f"(UNAVAILABLE, 429, 5xx, connection errors), {_range(RETRY_ATTEMPTS_RANGE)}. "
+        f"Empty: {RetryPolicy.max_attempts}. A submit is never resent blindly.",
+        pattern="^(" + "|".join(str(n) for n in range(RETRY_ATTEMPTS_RANGE[0], RETRY_ATTEMPTS_RANGE[1] + 1)) + ")$",
     ),
     "retry_max_seconds": _text(
         "API retries: time limit (s)",
-        "Stop retrying one request after this many seconds, 0-3600. Empty: 120.",
+        f"Stop retrying one request after this many seconds, {_range(RETRY_MAX_SECONDS_RANGE)}. "
+        f"Empty: {RetryPolicy.max_elapsed:g}.",
         pattern=r"^\d+(\.\d+)?$",
     ),
 }
@@ -75,7 +86,7 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "connection-types": [
             {
-                "connection-type": "slurm_job_api",
+                "connection-type": CONN_TYPE,
                 "hook-class-name": "airflow_provider_slurmapi.hooks.slurm_job_api.SlurmJobApiHook",
                 "hook-name": "Google Cloud Slurm Job API",
                 "ui-field-behaviour": UI_FIELD_BEHAVIOUR,

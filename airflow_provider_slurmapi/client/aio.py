@@ -8,9 +8,9 @@ from typing import Any, Self
 
 import aiohttp
 
-from airflow_provider_slurmapi.client.base import ClientBase
+from airflow_provider_slurmapi.client.api import SlurmJobApiOperations
 from airflow_provider_slurmapi.client.cluster import ClusterRef
-from airflow_provider_slurmapi.client.envelope import SlurmReply, SlurmRequest, read_reply
+from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply, read_reply
 from airflow_provider_slurmapi.client.errors import SlurmJobApiError, TransportError, UnauthenticatedError
 from airflow_provider_slurmapi.client.operations import Operation, Pause
 
@@ -18,7 +18,7 @@ from airflow_provider_slurmapi.client.operations import Operation, Pause
 TokenSource = Callable[[bool], Awaitable[str]]
 
 
-class AsyncSlurmJobApiClient(ClientBase):
+class AsyncSlurmJobApiClient(SlurmJobApiOperations):
     """Async client. Tokens come from ``token_source``; a rejected token is refreshed once."""
 
     def __init__(
@@ -68,7 +68,7 @@ class AsyncSlurmJobApiClient(ClientBase):
         except StopIteration as done:
             return done.value
 
-    async def _send(self, request: SlurmRequest) -> SlurmReply:
+    async def _send(self, request: SlurmCall) -> SlurmReply:
         data = request.encode()
         async for attempt in self.retry.async_retrying(request):
             with attempt:
@@ -79,7 +79,7 @@ class AsyncSlurmJobApiClient(ClientBase):
                     return await self._post(request, data, force_token=True)
         raise AssertionError("unreachable")  # tenacity re-raises the last error
 
-    async def _post(self, request: SlurmRequest, data: bytes, *, force_token: bool) -> SlurmReply:
+    async def _post(self, request: SlurmCall, data: bytes, *, force_token: bool) -> SlurmReply:
         token = await self.token_source(force_token)
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         try:

@@ -26,7 +26,7 @@ METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
 
 
 @dataclass(frozen=True)
-class SlurmRequest:
+class SlurmCall:
     """One Slurm REST call, before it is wrapped in the envelope."""
 
     method: str
@@ -65,7 +65,7 @@ class SlurmReply:
         return list(self.body.get("warnings") or [])
 
 
-def read_reply(request: SlurmRequest, http_status: int, text: str) -> SlurmReply:
+def read_reply(request: SlurmCall, http_status: int, text: str) -> SlurmReply:
     """Turn an HTTP answer of ``callSlurmRestApi`` into a reply, or raise the matching error."""
     try:
         payload = json.loads(text) if text else {}

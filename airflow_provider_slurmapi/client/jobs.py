@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from airflow_provider_slurmapi.client.errors import JobLostError, UnknownJobStateError
-
 # A base state not in either set (a state added by a newer Slurm...) counts as active, for a while.
 ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED"})
 FINISHED_STATES = frozenset(
@@ -282,32 +280,3 @@ def select_job(job_id: str, jobs: list[JobStatus]) -> JobStatus | None:
         job_id=job_id,
         extra={**lead.extra, "tasks": {job.job_id: job.state for job in jobs}},
     )
-
-
-LOST_JOB_GRACE = 300.0  # seconds a job may be missing from both queue and accounting (accounting lags)
-
-
-@dataclass
-class MissingJobWatch:
-    """Tells a job that accounting has not caught up with yet from one that is gone for good, and
-    a state a newer Slurm added from one that never ends: polling goes on for ``grace`` seconds."""
-
-    grace: float = LOST_JOB_GRACE
-    since: float | None = None  # monotonic time of the first read that found the job nowhere
-
-    def missing(self, job_id: str, now: float) -> None:
-        """Record a read that found nothing; raise ``JobLostError`` once the grace window is over."""
-        if self._expired(now):
-            raise JobLostError(job_id, self.grace)
-
-    def seen(self, status: JobStatus, now: float) -> None:
-        """Record a read that found the job; raise ``UnknownJobStateError`` once a state this
-        provider does not know has lasted the whole grace window."""
-        if status.is_known_state:
-            self.since = None
-        elif self._expired(now):
-            raise UnknownJobStateError(status.job_id, status.state, self.grace)
-
-    def _expired(self, now: float) -> bool:
-        self.since = now if self.since is None else self.since
-        return now - self.since >= self.grace

@@ -1,6 +1,6 @@
 """What each API operation sends and how it reads the answers, without doing any I/O.
 
-Each operation is a generator: it yields a ``SlurmRequest`` and receives the ``SlurmReply`` (or
+Each operation is a generator: it yields a ``SlurmCall`` and receives the ``SlurmReply`` (or
 has the request's error thrown into it), may yield a ``Pause``, and finally returns its result.
 The sync and async clients drive the same generators, so they differ only in how bytes travel
 and how they wait.
@@ -13,8 +13,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_slurmapi.client.durable import Submission, base_job_id, carries_key, with_key
-from airflow_provider_slurmapi.client.envelope import SlurmReply, SlurmRequest
+from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply
 from airflow_provider_slurmapi.client.errors import (
     BulkStateQueryUnsupported,
     InvalidArgumentError,
@@ -25,8 +24,9 @@ from airflow_provider_slurmapi.client.errors import (
     SlurmJobApiError,
 )
 from airflow_provider_slurmapi.client.jobs import JobStatus, select_job
-from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION, SlurmPaths, validate_job_id
+from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION, JobId, SlurmPaths, base_job_id, validate_job_id
 from airflow_provider_slurmapi.client.retry import NO_RETRY, RetryPolicy
+from airflow_provider_slurmapi.client.submission import Outcome, Submission, carries_key, with_key
 from airflow_provider_slurmapi.client.validation import validate_job_description
 
 log = logging.getLogger(__name__)
@@ -39,10 +39,10 @@ class Pause:
     seconds: float
 
 
-Operation = Generator["SlurmRequest | Pause", "SlurmReply | None", Any]
+Operation = Generator["SlurmCall | Pause", "SlurmReply | None", Any]
 
 
-def _request(request: SlurmRequest) -> Generator[SlurmRequest | Pause, SlurmReply | None, SlurmReply]:
+def _request(request: SlurmCall) -> Generator[SlurmCall | Pause, SlurmReply | None, SlurmReply]:
     """Send one request; the driver answers a request with its reply (only a Pause gets None)."""
     reply = yield request
     if reply is None:
@@ -85,15 +85,21 @@ def submit_job(
 
     With a ``key`` (put in the job's comment), a submit that failed in a way that may hide a job
     Slurm created (reply lost, 503, reset) is reconciled: the job is looked up by its key and
-    adopted if found, and only if it is not is the submit sent again, after a pause.
+    adopted if found, and only if it is not is the submit sent again, after a pause, as often and
+    as long as ``retry`` allows.
     """
     body = submission_body(with_key(job, key) if key else job, script, paths.api_version)
-    attempts = retry.max_attempts if key else 1
-    for attempt in range(1, attempts + 1):
+    return (yield from _send_submission(paths, body, key, retry))
+
+
+def _send_submission(paths: SlurmPaths, body: dict[str, Any], key: str | None, retry: RetryPolicy) -> Operation:
+    pauses = retry.resubmit_pauses() if key else iter(())
+    while True:
         try:
-            reply = yield from _request(SlurmRequest("POST", paths.submit(), body))
+            reply = yield from _request(SlurmCall("POST", paths.submit(), body))
         except SlurmJobApiError as error:
-            if not error.retryable or attempt == attempts:
+            pause = next(pauses, None) if error.retryable else None
+            if pause is None:
                 raise
             log.warning("Submit failed (%s); looking for the job by its key before submitting again", error)
             # a job this submit created is in the live queue: accounting need not be asked
@@ -101,10 +107,9 @@ def submit_job(
             if found is not None:
                 log.info("The submit had reached Slurm: %s", found.describe())
                 return found.job_id
-            yield Pause(retry.pause(attempt))
+            yield Pause(pause)
             continue
         return _submitted_job_id(reply, paths)
-    raise AssertionError("unreachable")  # the last attempt returns or raises
 
 
 def _submitted_job_id(reply: SlurmReply, paths: SlurmPaths) -> str:
@@ -129,11 +134,11 @@ def find_job_by_key(paths: SlurmPaths, key: str, name: str | None = None, *, acc
 
     Accounting is asked for jobs of the same ``name`` (the key itself cannot be queried).
     """
-    reply = yield from _request(SlurmRequest("GET", paths.jobs()))
+    reply = yield from _request(SlurmCall("GET", paths.jobs()))
     keyed = [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []]
     keyed = [job for job in keyed if carries_key(job, key)]
     if not keyed and accounting:
-        reply = yield from _request(SlurmRequest("GET", paths.accounting_jobs(name)))
+        reply = yield from _request(SlurmCall("GET", paths.accounting_jobs(name)))
         listed = [JobStatus.from_slurmdb(j) for j in reply.body.get("jobs") or []]
         keyed = [job for job in listed if carries_key(job, key)]
         if listed and not any(job.comment for job in listed):
@@ -178,19 +183,19 @@ def submit_once(
         found = yield from find_job_by_key(paths, key, body["job"].get("name"), accounting=adopt_completed)
         previous = found or previous
     if previous is not None and previous.is_active:
-        return Submission(previous.job_id, "reattached", previous)
+        return Submission(previous.job_id, Outcome.REATTACHED, previous)
     if previous is not None and previous.is_success and adopt_completed:
-        return Submission(previous.job_id, "adopted", previous)
+        return Submission(previous.job_id, Outcome.ADOPTED, previous)
     if previous is not None:
         log.info("An earlier attempt's job will not be reused: %s", previous.describe())
-    job_id = yield from submit_job(paths, job, script, key=key, retry=retry)
-    return Submission(job_id, "submitted")
+    job_id = yield from _send_submission(paths, body, key, retry)
+    return Submission(job_id, Outcome.SUBMITTED)
 
 
 def get_job(paths: SlurmPaths, job_id: object) -> Operation:
     """Status from the live queue; a job that left it is read from accounting."""
     job_id = validate_job_id(job_id)
-    reply = yield from _request(SlurmRequest("GET", paths.job(job_id), accept_status=(404,)))
+    reply = yield from _request(SlurmCall("GET", paths.job(job_id), accept_status=(404,)))
     if reply.status != 404:
         found = select_job(job_id, [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []])
         if found is not None:
@@ -199,8 +204,8 @@ def get_job(paths: SlurmPaths, job_id: object) -> Operation:
     return (yield from get_accounting_job(paths, job_id))
 
 
-def get_accounting_job(paths: SlurmPaths, job_id: str) -> Operation:
-    reply = yield from _request(SlurmRequest("GET", paths.accounting_job(job_id)))
+def get_accounting_job(paths: SlurmPaths, job_id: JobId) -> Operation:
+    reply = yield from _request(SlurmCall("GET", paths.accounting_job(job_id)))
     found = select_job(job_id, [JobStatus.from_slurmdb(j) for j in reply.body.get("jobs") or []])
     if found is None:
         raise JobNotFoundError(job_id)
@@ -217,9 +222,9 @@ def job_states(paths: SlurmPaths, job_ids: list[str]) -> Operation:
     A job the controller no longer knows is absent. An array's tasks come under their own IDs.
     """
     states: dict[str, list[str]] = {}
-    for chunk in _chunks(paths, job_ids):
+    for chunk in _chunks(paths, [validate_job_id(job_id) for job_id in job_ids]):
         try:
-            reply = yield from _request(SlurmRequest("GET", paths.job_states(chunk)))
+            reply = yield from _request(SlurmCall("GET", paths.job_states(chunk)))
         except (InvalidArgumentError, SlurmError) as error:
             if isinstance(error, SlurmError) and error.status != 400:
                 raise
@@ -230,8 +235,8 @@ def job_states(paths: SlurmPaths, job_ids: list[str]) -> Operation:
     return states
 
 
-def _chunks(paths: SlurmPaths, job_ids: list[str]) -> list[list[str]]:
-    chunks: list[list[str]] = [[]]
+def _chunks(paths: SlurmPaths, job_ids: list[JobId]) -> list[list[JobId]]:
+    chunks: list[list[JobId]] = [[]]
     length = len(paths.job_states([]))
     for job_id in job_ids:
         extra = len(f"job_id={job_id}&")
@@ -244,7 +249,7 @@ def _chunks(paths: SlurmPaths, job_ids: list[str]) -> list[list[str]]:
 
 
 def list_jobs(paths: SlurmPaths) -> Operation:
-    reply = yield from _request(SlurmRequest("GET", paths.jobs()))
+    reply = yield from _request(SlurmCall("GET", paths.jobs()))
     return [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []]
 
 
@@ -256,7 +261,7 @@ def cancel_job(paths: SlurmPaths, job_id: object, signal: str | int | None = Non
     """
     job_id = validate_job_id(job_id)
     path = paths.cancel(job_id, signal)
-    reply = yield from _request(SlurmRequest("DELETE", path))
+    reply = yield from _request(SlurmCall("DELETE", path))
     codes = [
         (entry.get("error") or {}).get("code", 0) for entry in reply.body.get("status") or [] if isinstance(entry, dict)
     ]
@@ -281,10 +286,10 @@ def _status_detail(entry: dict[str, Any]) -> SlurmErrorDetail:
 
 def call(method: str, path: str, body: dict[str, Any] | None = None) -> Operation:
     """Any other Slurm REST call; returns slurmrestd's JSON reply."""
-    reply = yield from _request(SlurmRequest(method.upper(), path, body))
+    reply = yield from _request(SlurmCall(method.upper(), path, body))
     return reply.body
 
 
 def ping(paths: SlurmPaths) -> Operation:
-    reply = yield from _request(SlurmRequest("GET", paths.ping()))
+    reply = yield from _request(SlurmCall("GET", paths.ping()))
     return reply.body

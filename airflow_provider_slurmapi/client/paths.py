@@ -9,8 +9,14 @@ from urllib.parse import urlencode
 from airflow_provider_slurmapi.client.errors import InvalidRequestError
 
 DEFAULT_API_VERSION = "v0.0.42"
+API_VERSION_PATTERN = r"v0\.0\.\d{2}"  # also the connection form's check
 
-_API_VERSION = re.compile(r"v0\.0\.\d{2}")
+
+class JobId(str):
+    """A job ID that passed ``validate_job_id``: the only kind a path is built from, checked once."""
+
+
+_API_VERSION = re.compile(API_VERSION_PATTERN)
 # Plain (123), array task (123_4) or heterogeneous component (123+1).
 _JOB_ID = re.compile(r"[1-9]\d{0,9}(?:_\d{1,10}|\+\d{1,5})?")
 _SIGNAL = re.compile(r"(?:SIG)?[A-Z][A-Z0-9]{0,9}|\d{1,2}")
@@ -24,8 +30,10 @@ def validate_api_version(api_version: str) -> str:
     return api_version
 
 
-def validate_job_id(job_id: object) -> str:
+def validate_job_id(job_id: object) -> JobId:
     """Return the job ID as a string, or refuse it. Accepts ints and plain, array and het IDs."""
+    if isinstance(job_id, JobId):
+        return job_id
     text = str(job_id).strip() if isinstance(job_id, (str, int)) and not isinstance(job_id, bool) else None
     if text is None or not _JOB_ID.fullmatch(text):
         raise InvalidRequestError(
@@ -33,7 +41,14 @@ def validate_job_id(job_id: object) -> str:
             f"{job_id!r} is not a Slurm job ID; expected a number (123), an array task (123_4) "
             "or a heterogeneous job component (123+1)",
         )
-    return text
+    return JobId(text)
+
+
+def base_job_id(job_id: str) -> str:
+    """The ID the submit returned, for a record of an array task (``86_2``) or a het component."""
+    for separator in ("_", "+"):
+        job_id = job_id.partition(separator)[0]
+    return job_id
 
 
 def validate_signal(signal: str | int) -> str:
@@ -68,7 +83,7 @@ class SlurmPaths:
     def accounting_job(self, job_id: object) -> str:
         return f"/slurmdb/{self.api_version}/job/{validate_job_id(job_id)}"
 
-    def job_states(self, job_ids: list[str]) -> str:
+    def job_states(self, job_ids: list[JobId]) -> str:
         # the parameter is repeated: slurmrestd refuses a comma-separated list
         return f"/slurm/{self.api_version}/jobs/state/?" + urlencode([("job_id", validate_job_id(j)) for j in job_ids])
 

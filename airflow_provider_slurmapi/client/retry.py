@@ -1,18 +1,23 @@
-"""The one retry policy for transient failures (UNAVAILABLE, 429, 5xx, connection errors).
+"""How transient failures (UNAVAILABLE, 429, 5xx, connection errors) are retried.
 
-Only requests that are safe to repeat are retried: reads and cancels. A submit is never resent
-blindly, since a lost reply may hide a job that Slurm already created.
+Requests that are safe to repeat (reads and cancels) are retried here, by tenacity. A submit is
+never resent blindly, since a lost reply may hide a job that Slurm already created: the submit
+operation looks for the job by its key between attempts, paced and bounded by the same policy
+(``resubmit_pauses``).
 """
 
 from __future__ import annotations
 
 import random
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import tenacity
+if TYPE_CHECKING:
+    import tenacity
 
-from airflow_provider_slurmapi.client.envelope import SlurmRequest
+from airflow_provider_slurmapi.client.envelope import SlurmCall
 from airflow_provider_slurmapi.client.errors import InvalidRequestError, SlurmJobApiError
 
 
@@ -20,8 +25,13 @@ def is_transient(error: BaseException) -> bool:
     return isinstance(error, SlurmJobApiError) and error.retryable
 
 
-def is_repeatable(request: SlurmRequest) -> bool:
+def is_repeatable(request: SlurmCall) -> bool:
     return request.method in ("GET", "DELETE")
+
+
+# The connection's retry settings: (lowest, highest) allowed; the connection form says the same.
+RETRY_ATTEMPTS_RANGE = (1, 20)
+RETRY_MAX_SECONDS_RANGE = (0, 3600)
 
 
 @dataclass(frozen=True)
@@ -38,15 +48,29 @@ class RetryPolicy:
         """The policy set on a connection or an operator (text or numbers); None keeps the default."""
         defaults = cls()
         return cls(
-            max_attempts=_bounded("retry_attempts", attempts, defaults.max_attempts, 1, 20, whole=True),
-            max_elapsed=_bounded("retry_max_seconds", max_seconds, defaults.max_elapsed, 0, 3600, whole=False),
+            max_attempts=_bounded("retry_attempts", attempts, defaults.max_attempts, *RETRY_ATTEMPTS_RANGE, whole=True),
+            max_elapsed=_bounded(
+                "retry_max_seconds", max_seconds, defaults.max_elapsed, *RETRY_MAX_SECONDS_RANGE, whole=False
+            ),
         )
 
     def pause(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1, 2...), with full jitter."""
         return random.uniform(0, min(self.max_wait, self.initial_wait * 2 ** (attempt - 1)))
 
+    def resubmit_pauses(self) -> Iterator[float]:
+        """The pause before each new attempt of a request its caller reconciles (a submit), as
+        many as ``max_attempts`` allows, ending when the next one would pass ``max_elapsed``."""
+        started = time.monotonic()
+        for attempt in range(1, self.max_attempts):
+            pause = self.pause(attempt)
+            if time.monotonic() - started + pause > self.max_elapsed:
+                return
+            yield pause
+
     def _arguments(self) -> dict:
+        import tenacity  # here, not at the top: the connection form reads this module's bounds
+
         return {
             "retry": tenacity.retry_if_exception(is_transient),
             "wait": tenacity.wait_random_exponential(multiplier=self.initial_wait, max=self.max_wait),
@@ -54,12 +78,16 @@ class RetryPolicy:
             "reraise": True,
         }
 
-    def retrying(self, request: SlurmRequest) -> tenacity.Retrying:
+    def retrying(self, request: SlurmCall) -> tenacity.Retrying:
+        import tenacity
+
         if not is_repeatable(request):
             return tenacity.Retrying(stop=tenacity.stop_after_attempt(1), reraise=True)
         return tenacity.Retrying(**self._arguments())
 
-    def async_retrying(self, request: SlurmRequest) -> tenacity.AsyncRetrying:
+    def async_retrying(self, request: SlurmCall) -> tenacity.AsyncRetrying:
+        import tenacity
+
         if not is_repeatable(request):
             return tenacity.AsyncRetrying(stop=tenacity.stop_after_attempt(1), reraise=True)
         return tenacity.AsyncRetrying(**self._arguments())

@@ -7,14 +7,14 @@ from typing import Any
 
 import requests
 
-from airflow_provider_slurmapi.client.base import ClientBase
+from airflow_provider_slurmapi.client.api import SlurmJobApiOperations
 from airflow_provider_slurmapi.client.cluster import ClusterRef
-from airflow_provider_slurmapi.client.envelope import SlurmReply, SlurmRequest, read_reply
+from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply, read_reply
 from airflow_provider_slurmapi.client.errors import SlurmJobApiError, TransportError
 from airflow_provider_slurmapi.client.operations import Operation, Pause
 
 
-class SlurmJobApiClient(ClientBase):
+class SlurmJobApiClient(SlurmJobApiOperations):
     """Sync client. The session adds credentials; an ``AuthorizedSession`` refreshes them on 401."""
 
     def __init__(self, session: requests.Session, cluster: ClusterRef, **kwargs: Any) -> None:
@@ -38,7 +38,7 @@ class SlurmJobApiClient(ClientBase):
         except StopIteration as done:
             return done.value
 
-    def _send(self, request: SlurmRequest) -> SlurmReply:
+    def _send(self, request: SlurmCall) -> SlurmReply:
         data = request.encode()
         for attempt in self.retry.retrying(request):
             with attempt:

@@ -19,15 +19,14 @@ from google.auth.transport.requests import AuthorizedSession
 
 from airflow_provider_slurmapi.client.aio import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.client.cluster import ClusterRef
-from airflow_provider_slurmapi.client.durable import Submission
 from airflow_provider_slurmapi.client.errors import InvalidArgumentError, JobNotFoundError, SlurmJobApiError
-from airflow_provider_slurmapi.client.jobs import LOST_JOB_GRACE, JobStatus, MissingJobWatch
+from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION, validate_api_version
 from airflow_provider_slurmapi.client.retry import RetryPolicy
+from airflow_provider_slurmapi.client.submission import Submission
 from airflow_provider_slurmapi.client.sync import SlurmJobApiClient
-
-CONN_TYPE = "slurm_job_api"
-DEFAULT_CONN_ID = "slurm_job_api_default"
+from airflow_provider_slurmapi.client.wait_policy import LOST_JOB_GRACE, JobWaitPolicy
+from airflow_provider_slurmapi.get_provider_info import CONN_TYPE, DEFAULT_CONN_ID
 
 
 class SlurmJobApiHook(GoogleBaseHook):
@@ -133,30 +132,29 @@ class SlurmJobApiHook(GoogleBaseHook):
         can lag) before ``JobLostError``; a state this provider does not know is waited out as long
         before ``UnknownJobStateError``.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        last = None
-        missing = MissingJobWatch(lost_grace)
+        policy = JobWaitPolicy(
+            str(job_id), lost_grace=lost_grace, deadline=None if timeout is None else time.time() + timeout
+        )
         while True:
-            try:
-                status = self.get_job(job_id)
-            except JobNotFoundError:
-                missing.missing(str(job_id), time.monotonic())
-                self.log.warning("Slurm job %s is in neither queue nor accounting yet; still looking", job_id)
-                status = JobStatus(job_id=str(job_id), state="UNKNOWN")
-            else:
-                missing.seen(status, time.monotonic())
-            if status.is_finished:
-                return status
-            if (status.state, status.reason) != last:
-                self.log.info("%s", status.describe())
-                last = (status.state, status.reason)
-            pause = poll_interval
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"Slurm job {job_id} did not finish within {timeout} s: {status.describe()}")
-                pause = min(poll_interval, remaining)
+            verdict = policy.judge(self.find_job(job_id), time.time())
+            if verdict.status is None:
+                self.log.warning("%s", verdict.warning(str(job_id)))
+            elif verdict.finished:
+                return verdict.status
+            elif verdict.changed:
+                self.log.info("%s", verdict.status.describe())
+            pause = policy.pause(poll_interval, time.time())
+            if pause is None:
+                shown = verdict.status.describe() if verdict.status else "not found"
+                raise TimeoutError(f"Slurm job {job_id} did not finish within {timeout} s: {shown}")
             time.sleep(pause)
+
+    def find_job(self, job_id: str | int) -> JobStatus | None:
+        """Like ``get_job``, but None for a job found in neither the live queue nor accounting."""
+        try:
+            return self.get_job(job_id)
+        except JobNotFoundError:
+            return None
 
     def list_jobs(self) -> list[JobStatus]:
         return self.client.list_jobs()

@@ -6,122 +6,30 @@ their HTTP and Google libraries are imported only when a task runs.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowException, BaseOperator, conf
 
-from airflow_provider_slurmapi.client.durable import submission_key
 from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.client.submission import Outcome, submission_key
+from airflow_provider_slurmapi.client.wait_policy import LOST_JOB_GRACE
+from airflow_provider_slurmapi.get_provider_info import DEFAULT_CONN_ID
+from airflow_provider_slurmapi.slurm_task import (
+    CONNECTION_TEMPLATE_FIELDS,
+    SlurmTaskMixin,
+    check_positive,
+    status_from_event,
+)
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
-
-    from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
-
-DEFAULT_CONN_ID = "slurm_job_api_default"
 
 # Where Airflow 3.3+'s task state store keeps the job ID for the next try (XCom is cleared).
 STATE_STORE_KEY = "slurm_job_id"
 
 # When a finished, successful job of an earlier try may stand for this try's job.
 REUSE_COMPLETED_JOB = ("on_retry", "always", "never")
-
-
-# Templated connection and cluster arguments shared by every operator and the sensor.
-CONNECTION_TEMPLATE_FIELDS = ("project_id", "region", "cluster_id", "api_version", "impersonation_chain")
-
-
-class SlurmJobApiMixin:
-    """Connection and cluster arguments shared by every operator and the sensor."""
-
-    slurm_conn_id: str
-    project_id: str | None
-    region: str | None
-    cluster_id: str | None
-    api_version: str | None
-    impersonation_chain: str | Sequence[str] | None
-    retry_attempts: int | None = None  # override the connection's retry settings
-    retry_max_seconds: float | None = None
-    shared_polling: bool = True  # while deferred, read the job through the cluster's shared poller
-
-    def set_connection_arguments(
-        self,
-        slurm_conn_id: str,
-        project_id: str | None,
-        region: str | None,
-        cluster_id: str | None,
-        api_version: str | None,
-        impersonation_chain: str | Sequence[str] | None,
-    ) -> None:
-        self.slurm_conn_id = slurm_conn_id
-        self.project_id = project_id
-        self.region = region
-        self.cluster_id = cluster_id
-        self.api_version = api_version
-        self.impersonation_chain = impersonation_chain
-
-    @property
-    def hook_kwargs(self) -> dict[str, Any]:
-        chain = self.impersonation_chain
-        return {
-            "slurm_conn_id": self.slurm_conn_id,
-            "project_id": self.project_id,
-            "region": self.region,
-            "cluster_id": self.cluster_id,
-            "api_version": self.api_version,
-            "impersonation_chain": list(chain) if chain and not isinstance(chain, str) else chain,
-            "retry_attempts": self.retry_attempts,
-            "retry_max_seconds": self.retry_max_seconds,
-        }
-
-    @cached_property
-    def hook(self) -> SlurmJobApiHook:
-        from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
-
-        return SlurmJobApiHook(**self.hook_kwargs)
-
-    def defer_until_finished(
-        self,
-        context: Context,
-        job_id: str,
-        *,
-        poll_interval: float,
-        timeout: float | None,
-        cancel_on_kill: bool = False,
-    ) -> None:
-        """Hand the wait to the triggerer; ``execute_complete`` receives the trigger's event.
-
-        The trigger carries the absolute deadline of ``timeout`` and of the task's
-        ``execution_timeout``, which Airflow does not enforce while a task is deferred.
-        """
-        from airflow_provider_slurmapi.triggers.job import SlurmJobTrigger
-
-        self.defer(  # type: ignore[attr-defined]
-            trigger=SlurmJobTrigger(
-                job_id,
-                poll_interval=poll_interval,
-                deadline=task_deadline(context, timeout, getattr(self, "execution_timeout", None)),
-                hook_kwargs=self.hook_kwargs,
-                cancel_on_kill=cancel_on_kill,
-                shared_polling=self.shared_polling,
-            ),
-            method_name="execute_complete",
-        )
-
-
-def task_deadline(context: Context, timeout: float | None, execution_timeout: Any) -> float | None:
-    """The earliest of now + ``timeout`` and the task's start + ``execution_timeout`` (epoch s)."""
-    deadlines = []
-    if timeout:
-        deadlines.append(time.time() + timeout)
-    if execution_timeout:
-        start = getattr(context["ti"], "start_date", None)
-        started = start.timestamp() if start else time.time()
-        deadlines.append(started + execution_timeout.total_seconds())
-    return min(deadlines) if deadlines else None
 
 
 def is_automatic_retry(ti: Any, retries: int | None) -> bool:
@@ -150,15 +58,7 @@ def mask_environment(job: dict[str, Any]) -> None:
             mask_secret(value)
 
 
-def status_from_event(event: dict[str, Any] | None) -> JobStatus:
-    """The final status a trigger sent, or the task's failure with the trigger's reason."""
-    event = event or {}
-    if event.get("status") == "finished":
-        return JobStatus.from_dict(event["job"])
-    raise AirflowException(event.get("message") or f"Slurm job {event.get('job_id')}: no status received")
-
-
-class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
+class SlurmSubmitJobOperator(SlurmTaskMixin, BaseOperator):
     """Submit a Slurm batch job through the Slurm Job API and, by default, wait for it to finish.
 
     The task's return value (XCom ``return_value``) is the job ID; it also pushes ``job_state`` and
@@ -185,6 +85,8 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
     :param cancel_on_kill: cancel the job when the task is killed or times out (default True).
     :param shared_polling: while deferred, read the job's state through the poller the triggerer
         shares among all jobs of the cluster (default); False polls this job by itself.
+    :param lost_grace: seconds the job may be missing from both the live queue and accounting
+        (which can lag), or stay in a state this provider does not know, before the task fails.
     :param reuse_completed_job: what a new try does when the job of an earlier try of the same task
         run (found by the key in its comment) already COMPLETED with exit code 0: ``"on_retry"``
         (default) takes it as this try's job when the try is an automatic retry, and runs the job
@@ -218,28 +120,37 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
         cancel_on_kill: bool = True,
         reuse_completed_job: str = "on_retry",
         shared_polling: bool = True,
+        lost_grace: float = LOST_JOB_GRACE,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if reuse_completed_job not in REUSE_COMPLETED_JOB:
             allowed = ", ".join(repr(v) for v in REUSE_COMPLETED_JOB)
             raise ValueError(f"reuse_completed_job must be one of {allowed}, got {reuse_completed_job!r}")
+        check_positive("poll_interval", poll_interval)
+        check_positive("timeout", timeout, optional=True)
+        check_positive("lost_grace", lost_grace)
         self.reuse_completed_job = reuse_completed_job
         self.shared_polling = shared_polling
+        self.lost_grace = lost_grace
         self.job = job
         self.script = script
-        self.set_connection_arguments(slurm_conn_id, project_id, region, cluster_id, api_version, impersonation_chain)
-        self.retry_attempts, self.retry_max_seconds = retry_attempts, retry_max_seconds
+        self.set_connection_arguments(
+            slurm_conn_id,
+            project_id,
+            region,
+            cluster_id,
+            api_version,
+            impersonation_chain,
+            retry_attempts,
+            retry_max_seconds,
+        )
         self.wait_for_completion = wait_for_completion
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self.timeout = timeout
         self.cancel_on_kill = cancel_on_kill
         self.job_id: str | None = None
-        if poll_interval <= 0:
-            raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
-        if timeout is not None and timeout <= 0:
-            raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
 
     def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
         super().render_template_fields(context, jinja_env)
@@ -269,7 +180,7 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
             key,
         )
         ti.xcom_push(key="job_id", value=self.job_id)
-        if submission.status is not None and submission.outcome == "adopted":
+        if submission.status is not None and submission.outcome == Outcome.ADOPTED:
             return self._finish(context, submission.status)
         if not self.wait_for_completion:
             return self.job_id
@@ -282,7 +193,9 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
                 cancel_on_kill=self.cancel_on_kill,
             )
         try:
-            status = self.hook.wait_for_job(self.job_id, poll_interval=self.poll_interval, timeout=self.timeout)
+            status = self.hook.wait_for_job(
+                self.job_id, poll_interval=self.poll_interval, timeout=self.timeout, lost_grace=self.lost_grace
+            )
         except TimeoutError as error:
             self._cancel_after_timeout()
             raise AirflowException(str(error)) from error
@@ -294,7 +207,6 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
         return self.reuse_completed_job == "always"
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> str:
-        self.job_id = (event or {}).get("job_id") or self.job_id
         return self._finish(context, status_from_event(event))
 
     def _finish(self, context: Context, status: JobStatus) -> str:
@@ -318,7 +230,7 @@ class SlurmSubmitJobOperator(SlurmJobApiMixin, BaseOperator):
             self.hook.cancel_job(self.job_id)
 
 
-class SlurmCancelJobOperator(SlurmJobApiMixin, BaseOperator):
+class SlurmCancelJobOperator(SlurmTaskMixin, BaseOperator):
     """Cancel a Slurm job (or send it a signal) and wait until it has stopped.
 
     A job that already finished counts as cancelled. Returns the job's final state.
@@ -355,8 +267,16 @@ class SlurmCancelJobOperator(SlurmJobApiMixin, BaseOperator):
         super().__init__(**kwargs)
         self.job_id = job_id
         self.signal = signal
-        self.set_connection_arguments(slurm_conn_id, project_id, region, cluster_id, api_version, impersonation_chain)
-        self.retry_attempts, self.retry_max_seconds = retry_attempts, retry_max_seconds
+        self.set_connection_arguments(
+            slurm_conn_id,
+            project_id,
+            region,
+            cluster_id,
+            api_version,
+            impersonation_chain,
+            retry_attempts,
+            retry_max_seconds,
+        )
         self.wait_for_completion = wait_for_completion
         self.poll_interval = poll_interval
         self.timeout = timeout

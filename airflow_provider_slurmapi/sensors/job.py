@@ -8,20 +8,24 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowSensorTimeout, BaseSensorOperator, conf
 
-from airflow_provider_slurmapi.client.errors import JobNotFoundError
-from airflow_provider_slurmapi.client.jobs import MissingJobWatch
-from airflow_provider_slurmapi.operators.job import (
+from airflow_provider_slurmapi.client.errors import JobLostError, UnknownJobStateError
+from airflow_provider_slurmapi.client.wait_policy import LOST_JOB_GRACE, JobWaitPolicy, Verdict
+from airflow_provider_slurmapi.get_provider_info import DEFAULT_CONN_ID
+from airflow_provider_slurmapi.slurm_task import (
     CONNECTION_TEMPLATE_FIELDS,
-    DEFAULT_CONN_ID,
-    SlurmJobApiMixin,
+    SlurmTaskMixin,
+    check_positive,
     status_from_event,
 )
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
 
+# Where Airflow 3.3+'s task state store keeps, across reschedules, since when the job is astray.
+ASTRAY_SINCE_KEY = "slurm_job_astray_since"
 
-class SlurmJobSensor(SlurmJobApiMixin, BaseSensorOperator):
+
+class SlurmJobSensor(SlurmTaskMixin, BaseSensorOperator):
     """Succeeds when the Slurm job ends COMPLETED with exit code 0; fails with the reason otherwise.
 
     :param job_id: the job to watch. Templated.
@@ -29,6 +33,11 @@ class SlurmJobSensor(SlurmJobApiMixin, BaseSensorOperator):
     :param deferrable: wait in the triggerer; default from ``[operators] default_deferrable``.
     :param shared_polling: while deferred, read the job's state through the poller the triggerer
         shares among all jobs of the cluster (default); False polls this job by itself.
+    :param lost_grace: seconds the job may be missing from both the live queue and accounting
+        (which can lag), or stay in a state this provider does not know, before the task fails.
+        In ``mode="reschedule"`` the time the job went missing is kept across reschedules in
+        Airflow 3.3+'s task state store; older Airflow keeps nothing between reschedules, so
+        there a poke that finds the job missing waits out the grace itself.
     """
 
     template_fields: Sequence[str] = ("job_id", *CONNECTION_TEMPLATE_FIELDS)
@@ -48,15 +57,26 @@ class SlurmJobSensor(SlurmJobApiMixin, BaseSensorOperator):
         retry_max_seconds: float | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         shared_polling: bool = True,
+        lost_grace: float = LOST_JOB_GRACE,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        check_positive("lost_grace", lost_grace)
         self.job_id = job_id
-        self.set_connection_arguments(slurm_conn_id, project_id, region, cluster_id, api_version, impersonation_chain)
-        self.retry_attempts, self.retry_max_seconds = retry_attempts, retry_max_seconds
+        self.set_connection_arguments(
+            slurm_conn_id,
+            project_id,
+            region,
+            cluster_id,
+            api_version,
+            impersonation_chain,
+            retry_attempts,
+            retry_max_seconds,
+        )
         self.deferrable = deferrable
         self.shared_polling = shared_polling
-        self._missing = MissingJobWatch()
+        self.lost_grace = lost_grace
+        self._astray_since: float | None = None  # between pokes of one instance (mode="poke")
 
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
@@ -66,21 +86,45 @@ class SlurmJobSensor(SlurmJobApiMixin, BaseSensorOperator):
         return None
 
     def poke(self, context: Context) -> bool:
-        try:
-            status = self.hook.get_job(str(self.job_id))
-        except JobNotFoundError:
-            # accounting can lag behind the live queue: fail only once the grace window is over
-            self._missing.missing(str(self.job_id), time.monotonic())
-            self.log.warning("Slurm job %s is in neither queue nor accounting yet; still looking", self.job_id)
+        verdict = self._judge_next_read(context)
+        if verdict.status is None:
             return False
-        self._missing.seen(status, time.monotonic())
-        if not status.is_finished:
-            self.log.info("%s", status.describe())
+        self.log.info("%s", verdict.status.describe())
+        if not verdict.finished:
             return False
-        if not status.is_success:
-            raise AirflowException(status.describe())
-        self.log.info("%s", status.describe())
+        if not verdict.status.is_success:
+            raise AirflowException(verdict.status.describe())
         return True
+
+    def _judge_next_read(self, context: Context) -> Verdict:
+        store = context.get("task_state_store")  # Airflow 3.3+
+        kept = self._astray_since
+        if kept is None and store is not None:
+            stored = store.get(ASTRAY_SINCE_KEY)
+            kept = float(stored) if isinstance(stored, (int, float)) else None
+        policy = JobWaitPolicy(str(self.job_id), lost_grace=self.lost_grace, astray_since=kept)
+        try:
+            while True:
+                verdict = policy.judge(self.hook.find_job(str(self.job_id)), time.time())
+                if verdict.status is None:
+                    self.log.warning("%s", verdict.warning(str(self.job_id)))
+                if policy.astray_since is None or store is not None or not self.reschedule:
+                    break
+                time.sleep(self.poke_interval)  # nothing is kept across reschedules: wait it out here
+        except (JobLostError, UnknownJobStateError):
+            self._keep_astray_since(store, kept, None)
+            raise
+        self._keep_astray_since(store, kept, policy.astray_since)
+        return verdict
+
+    def _keep_astray_since(self, store: Any, kept: float | None, since: float | None) -> None:
+        self._astray_since = since
+        if store is None or since == kept:
+            return
+        if since is None:
+            store.delete(ASTRAY_SINCE_KEY)
+        else:
+            store.set(ASTRAY_SINCE_KEY, since)
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> None:
         if event and event.get("status") == "timeout":

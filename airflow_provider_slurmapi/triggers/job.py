@@ -6,16 +6,20 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_slurmapi.client.jobs import LOST_JOB_GRACE
-
-if TYPE_CHECKING:
-    from airflow_provider_slurmapi.triggers.polling import JobReader, SharedJobReader
-
+from airflow_provider_slurmapi.client.errors import (
+    JobLostError,
+    JobNotFoundError,
+    SlurmJobApiError,
+    UnknownJobStateError,
+)
+from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.client.wait_policy import LOST_JOB_GRACE, JobWaitPolicy
+from airflow_provider_slurmapi.triggers.polling import JobReader, ReaderLease, SharedJobReader, open_client
 
 # Stopping triggers' checks and cancels still running, kept here so that they run to the end.
 _STOPPING: set[asyncio.Future[None]] = set()
@@ -24,8 +28,8 @@ _STOPPING: set[asyncio.Future[None]] = set()
 class SlurmJobTrigger(BaseTrigger):
     """Polls a Slurm job until it finishes and emits one event carrying its final status.
 
-    The event is ``{"status": "finished", "job_id", "job": JobStatus.to_dict()}``, or
-    ``{"status": "timeout" | "error", "job_id", "message"}``. A job that left the live queue is read
+    The event names the job once: ``{"status": "finished", "job": JobStatus.to_dict()}`` (the
+    final status, its ``job_id`` inside), or ``{"status": "timeout" | "error", "job_id", "message"}``. A job that left the live queue is read
     from accounting (/slurmdb). Transient API failures are retried with backoff by the client.
 
     :param job_id: the Slurm job to watch.
@@ -94,8 +98,6 @@ class SlurmJobTrigger(BaseTrigger):
 
     async def _watch(self) -> TriggerEvent:
         """The job's one event: finished, timeout or error. The reader's session closes before it."""
-        from airflow_provider_slurmapi.triggers.polling import ReaderLease
-
         async with contextlib.AsyncExitStack() as stack:
             try:
                 reader = await stack.enter_async_context(
@@ -106,49 +108,41 @@ class SlurmJobTrigger(BaseTrigger):
             return await self._poll_to_the_end(reader)
 
     async def _poll_to_the_end(self, reader: JobReader | SharedJobReader) -> TriggerEvent:
-        from airflow_provider_slurmapi.client.errors import (
-            JobLostError,
-            JobNotFoundError,
-            SlurmJobApiError,
-            UnknownJobStateError,
-        )
-        from airflow_provider_slurmapi.client.jobs import MissingJobWatch
-
-        last_state = None
-        missing = MissingJobWatch(self.lost_grace)
+        policy = JobWaitPolicy(self.job_id, lost_grace=self.lost_grace, deadline=self.deadline)
         while True:
-            remaining = None if self.deadline is None else self.deadline - time.time()
-            if remaining is not None and remaining <= 0:
-                cancelled = self.cancel_on_kill and await reader.client.cancel_job(self.job_id)
+            try:
+                async with asyncio.timeout(policy.time_left(time.time())):
+                    verdict = policy.judge(await self._read(reader), time.time())
+            except TimeoutError:
+                cancelled = self.cancel_on_kill and await self._cancel_job()
                 outcome = "; it was cancelled" if cancelled else ""
                 message = f"Slurm job {self.job_id} did not finish before the task's deadline{outcome}"
                 return self._event("timeout", message=message)
-            try:
-                status = await reader.read(self.job_id, wait=remaining)
-                if status is None:  # the deadline came first
-                    continue
-                missing.seen(status, time.monotonic())
-            except JobNotFoundError:
-                try:
-                    missing.missing(self.job_id, time.monotonic())
-                except JobLostError as lost:
-                    return self._event("error", message=str(lost))
-                self.log.warning("Slurm job %s is in neither queue nor accounting yet; still looking", self.job_id)
-                continue
-            except UnknownJobStateError as unknown:
-                return self._event("error", message=str(unknown))
+            except (JobLostError, UnknownJobStateError) as error:
+                return self._event("error", message=str(error))
             except SlurmJobApiError as error:
                 if not error.retryable:
                     return self._event("error", message=str(error))
                 # The client already retried with backoff: keep watching, never lose the job.
                 self.log.warning("Slurm job %s: status unavailable for now: %s", self.job_id, error)
                 continue
-            if status.is_finished:
-                self.log.info("%s", status.describe())
-                return self._event("finished", job=status.to_dict())
-            if (status.state, status.reason) != last_state:
-                self.log.info("%s", status.describe())
-                last_state = (status.state, status.reason)
+            if verdict.status is None:
+                self.log.warning("%s", verdict.warning(self.job_id))
+            elif verdict.finished or verdict.changed:
+                self.log.info("%s", verdict.status.describe())
+            if verdict.finished and verdict.status is not None:
+                return TriggerEvent({"status": "finished", "job": verdict.status.to_dict()})
+
+    async def _read(self, reader: JobReader | SharedJobReader) -> JobStatus | None:
+        try:
+            return await reader.next_status(self.job_id)
+        except JobNotFoundError:
+            return None
+
+    async def _cancel_job(self) -> bool:
+        """Cancel the job; True if it was still active. The one way this trigger cancels."""
+        async with await open_client(self.hook_kwargs) as client:
+            return await client.cancel_job(self.job_id)
 
     async def on_kill(self) -> None:
         """Airflow 3.3+ stopped the trigger for a user's kill, or because another triggerer adopted it."""
@@ -188,16 +182,13 @@ class SlurmJobTrigger(BaseTrigger):
                 self.job_id,
             )
             return
-        from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiAsyncHook
-
-        client = await SlurmJobApiAsyncHook(**self.hook_kwargs).get_client()
-        async with client:
-            active = await client.cancel_job(self.job_id)
+        active = await self._cancel_job()
         outcome = "cancelled" if active else "nothing to cancel for"
         self.log.info("Task killed (now %s): %s Slurm job %s", state, outcome, self.job_id)
 
-    def _event(self, status: str, **payload: Any) -> TriggerEvent:
-        return TriggerEvent({"status": status, "job_id": self.job_id, **payload})
+    def _event(self, status: str, message: str) -> TriggerEvent:
+        """An event that ends the wait without a final status: ``timeout`` or ``error``."""
+        return TriggerEvent({"status": status, "job_id": self.job_id, "message": message})
 
 
 async def _task_state_v3(ti: Any) -> str | None:

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_slurmapi.client.aio import AsyncSlurmJobApiClient
-from airflow_provider_slurmapi.client.durable import base_job_id
 from airflow_provider_slurmapi.client.errors import BulkStateQueryUnsupported, SlurmJobApiError
 from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.client.paths import base_job_id
 
 log = logging.getLogger(__name__)
 
@@ -38,27 +38,28 @@ async def open_client(hook_kwargs: dict[str, Any]) -> AsyncSlurmJobApiClient:
 class JobReader:
     """Reads one job's status every ``interval`` seconds, by itself."""
 
-    def __init__(self, client: AsyncSlurmJobApiClient, interval: float) -> None:
+    def __init__(self, client: AsyncSlurmJobApiClient, interval: float, *, read_now: bool = True) -> None:
         self.client = client
         self.interval = interval
-        self._first = True
+        self._read_now = read_now
 
-    async def read(self, job_id: str, wait: float | None) -> JobStatus | None:
-        """The job's status after the next pause, or None when ``wait`` seconds ran out first."""
-        if not self._first:
-            pause = self.interval if wait is None else min(self.interval, wait)
-            await asyncio.sleep(pause)
-            if pause != self.interval:
-                return None
-        self._first = False
+    async def next_status(self, job_id: str) -> JobStatus:
+        """The job's status: at once the first time (unless ``read_now`` is False), then after each interval."""
+        if not self._read_now:
+            await asyncio.sleep(self.interval)
+        self._read_now = False
         return await self.client.get_job(job_id)
 
 
 @dataclass
 class Tick:
-    """One answer of the shared poller: each listed job's status, read once for all triggers."""
+    """One answer of the shared poller: the jobs it saw still active, read once for all triggers.
 
-    jobs: dict[str, JobStatus] = field(default_factory=dict)
+    A job not among them (finished, left the live queue, or an array task or het component listed
+    under another ID) is read by its trigger in full.
+    """
+
+    active: dict[str, JobStatus] = field(default_factory=dict)
     error: SlurmJobApiError | None = None
 
 
@@ -98,7 +99,8 @@ class SharedPoller:
             started = loop.time()
             tick = Tick()
             try:
-                tick.jobs = statuses_from_states(await self.client.job_states(sorted(self.watched)))
+                statuses = statuses_from_states(await self.client.job_states(sorted(self.watched)))
+                tick.active = {job_id: status for job_id, status in statuses.items() if status.is_active}
                 self.calls += 1
             except BulkStateQueryUnsupported as error:
                 log.warning("Polling each Slurm job by itself from now on: %s", error)
@@ -141,23 +143,17 @@ class SharedJobReader:
         self.client = client
         self._alone: JobReader | None = None
 
-    async def read(self, job_id: str, wait: float | None) -> JobStatus | None:
+    async def next_status(self, job_id: str) -> JobStatus:
+        """The job's status at the poller's next tick: its summary while the job is active, else
+        its full status (or accounting's). Once the API refused the bulk query, read by itself."""
         if self.poller.unsupported:
-            self._alone = self._alone or JobReader(self.client, self.poller.interval)
-            return await self._alone.read(job_id, wait)
-        try:
-            tick = await asyncio.wait_for(self.poller.next_tick(), wait)
-        except TimeoutError:
-            return None
-        if self.poller.unsupported:
-            return await self.client.get_job(job_id)
+            # the tick that found the query refused was followed by a full read: pause first
+            self._alone = self._alone or JobReader(self.client, self.poller.interval, read_now=False)
+            return await self._alone.next_status(job_id)
+        tick = await self.poller.next_tick()
         if tick.error is not None:
             raise tick.error
-        # an array task or het component is not listed under its own ID: read it by itself
-        status = tick.jobs.get(job_id)
-        if status is None or status.is_finished:
-            return await self.client.get_job(job_id)  # the full final status, or accounting
-        return status
+        return tick.active.get(job_id) or await self.client.get_job(job_id)
 
 
 def statuses_from_states(states: dict[str, list[str]]) -> dict[str, JobStatus]:

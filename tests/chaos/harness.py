@@ -264,7 +264,7 @@ def verify(
     A task run may have a second job only if its first one failed while no try was watching it
     (a failed job is submitted anew by design); any other extra job is a duplicate.
     """
-    from airflow_provider_slurmapi.client.durable import carries_key, submission_key
+    from airflow_provider_slurmapi.client.submission import carries_key, submission_key
     from airflow_provider_slurmapi.client.jobs import JobStatus
 
     records = [(JobStatus.from_slurmdb(record), record["time"]) for record in accounting]

@@ -31,7 +31,7 @@ from typing import Any
 import psutil
 import pytest
 
-from airflow_provider_slurmapi.client.durable import submission_key
+from airflow_provider_slurmapi.client.submission import submission_key
 from airflow_provider_slurmapi.emulator import Emulator, LoggedCall
 from tests.conftest import CLUSTER, PROJECT, REGION, connection_json
 from tests.deployment.airflow_services import Airflow, RestApi, free_port, require_airflow_3, running, wait_for

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_slurmapi.client.durable import carries_key, submission_key
+from airflow_provider_slurmapi.client.submission import carries_key, submission_key
 from airflow_provider_slurmapi.emulator import Emulator, ScriptedFault
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator

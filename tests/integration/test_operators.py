@@ -112,7 +112,7 @@ def test_deferrable_hands_the_wait_to_the_trigger(slurm_connection: str) -> None
     assert trigger.cancel_on_kill is True  # killing the deferred task cancels the job
     assert trigger.shared_polling is True
     final = SlurmJobApiHook().wait_for_job(op.job_id, poll_interval=0.3, timeout=20)
-    event = {"status": "finished", "job_id": op.job_id, "job": final.to_dict()}
+    event = {"status": "finished", "job": final.to_dict()}
     with pytest.raises(AirflowException, match="exit code 3"):
         op.execute_complete(context(), event)
 

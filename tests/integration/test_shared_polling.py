@@ -58,7 +58,7 @@ async def test_many_triggers_make_one_state_call_per_interval(slurm_connection: 
     (poller,) = polling.active_pollers()  # one poller for all 30 triggers
     events = await watching
     calls = emulator.faults.calls - calls_before
-    by_id = {event["job_id"]: JobStatus.from_dict(event["job"]) for event in events}
+    by_id = {event["job"]["job_id"]: JobStatus.from_dict(event["job"]) for event in events}
     assert [by_id[j].exit_code.return_code for j in job_ids] == [n % 3 for n in range(30)]  # full final status
     assert all(by_id[j].source == "slurm" for j in job_ids)
     # one bulk call per tick, plus one full read per trigger at its end (and one token fetch)

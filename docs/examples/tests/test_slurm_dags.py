@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_slurmapi.client.durable import submission_key
+from airflow_provider_slurmapi.client.submission import submission_key
 from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig, ScriptedFault
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from airflow_provider_slurmapi.client.envelope import SlurmRequest, read_reply
+from airflow_provider_slurmapi.client.envelope import SlurmCall, read_reply
 from airflow_provider_slurmapi.client.errors import (
     ClusterNotFoundError,
     GoogleApiError,
@@ -25,8 +25,8 @@ from airflow_provider_slurmapi.client.errors import (
 
 ONE_MB = 1024 * 1024  # the documented limit: the whole request must be under 1 MB
 
-GET_JOB = SlurmRequest("GET", "/slurm/v0.0.42/job/1")
-SUBMIT = SlurmRequest("POST", "/slurm/v0.0.42/job/submit", {"job": {}, "script": "#!/bin/bash\n"})
+GET_JOB = SlurmCall("GET", "/slurm/v0.0.42/job/1")
+SUBMIT = SlurmCall("POST", "/slurm/v0.0.42/job/submit", {"job": {}, "script": "#!/bin/bash\n"})
 
 
 def structured(status: int, body: dict) -> str:
@@ -60,7 +60,7 @@ def test_read_reply_both_shapes(slurm_fixture, wrap, name):
 @SHAPES
 def test_slurm_404_is_slurm_error_with_2017(slurm_fixture, wrap):
     body = slurm_fixture("job_unknown.json")
-    request = SlurmRequest("GET", "/slurm/v0.0.42/job/999999")
+    request = SlurmCall("GET", "/slurm/v0.0.42/job/999999")
     with pytest.raises(SlurmError) as caught:
         read_reply(request, 200, wrap(404, body))
     assert caught.value.status == 404
@@ -73,14 +73,14 @@ def test_slurm_404_is_slurm_error_with_2017(slurm_fixture, wrap):
 @SHAPES
 def test_slurm_404_accepted_when_listed(slurm_fixture, wrap):
     body = slurm_fixture("job_purged.json")
-    request = SlurmRequest("GET", "/slurm/v0.0.42/job/1", accept_status=(404,))
+    request = SlurmCall("GET", "/slurm/v0.0.42/job/1", accept_status=(404,))
     reply = read_reply(request, 200, wrap(404, body))
     assert reply.status == 404
     assert reply.body["errors"][0]["error_number"] == 2017
 
 
 def test_accept_status_does_not_accept_other_statuses(slurm_fixture):
-    request = SlurmRequest("GET", "/slurm/v0.0.42/job/abc", accept_status=(404,))
+    request = SlurmCall("GET", "/slurm/v0.0.42/job/abc", accept_status=(404,))
     with pytest.raises(SlurmError) as caught:
         read_reply(request, 200, structured(422, slurm_fixture("job_invalid_id.json")))
     assert caught.value.status == 422 and caught.value.error_numbers == [9000]
@@ -163,7 +163,7 @@ def test_text_plain_slurm_error_in_body_string(fixture_index, name, text):
 
 def test_status_missing_defaults_to_success(slurm_fixture):
     body = slurm_fixture("ping.json")
-    reply = read_reply(SlurmRequest("GET", "/slurm/v0.0.42/ping"), 200, json.dumps({"structuredBody": body}))
+    reply = read_reply(SlurmCall("GET", "/slurm/v0.0.42/ping"), 200, json.dumps({"structuredBody": body}))
     assert reply.status == 200 and reply.body == body
 
 
@@ -252,30 +252,30 @@ def test_envelope_fields():
         "path": "/slurm/v0.0.42/job/submit",
         "body": {"job": {}, "script": "#!/bin/bash\n"},
     }
-    assert SlurmRequest("DELETE", "/slurm/v0.0.42/job/2").envelope()["method"] == "HTTP_METHOD_DELETE"
+    assert SlurmCall("DELETE", "/slurm/v0.0.42/job/2").envelope()["method"] == "HTTP_METHOD_DELETE"
 
 
 @pytest.mark.parametrize("method", ["get", "FETCH", ""])
 def test_unknown_method_refused(method):
     with pytest.raises(InvalidRequestError) as caught:
-        SlurmRequest(method, "/slurm/v0.0.42/ping").encode()
+        SlurmCall(method, "/slurm/v0.0.42/ping").encode()
     assert caught.value.field == "method"
 
 
 @pytest.mark.parametrize("path", ["/openapi/v3", "slurm/v0.0.42/ping", "https://evil/slurm/", "/slurmx/v0.0.42/"])
 def test_path_must_be_a_slurm_path(path):
     with pytest.raises(InvalidRequestError) as caught:
-        SlurmRequest("GET", path).encode()
+        SlurmCall("GET", path).encode()
     assert caught.value.field == "path"
 
 
-def _submit_of_size(size: int) -> SlurmRequest:
+def _submit_of_size(size: int) -> SlurmCall:
     """A submit whose encoded envelope is exactly ``size`` bytes (padding with 1-byte characters)."""
     head = "#!/bin/bash\n"
-    empty = SlurmRequest("POST", "/slurm/v0.0.42/job/submit", {"job": {"name": "big"}, "script": head})
+    empty = SlurmCall("POST", "/slurm/v0.0.42/job/submit", {"job": {"name": "big"}, "script": head})
     overhead = len(json.dumps(empty.envelope(), separators=(",", ":")).encode())
     script = head + "x" * (size - overhead)
-    request = SlurmRequest("POST", "/slurm/v0.0.42/job/submit", {"job": {"name": "big"}, "script": script})
+    request = SlurmCall("POST", "/slurm/v0.0.42/job/submit", {"job": {"name": "big"}, "script": script})
     assert len(json.dumps(request.envelope(), separators=(",", ":")).encode()) == size
     return request
 
@@ -305,4 +305,4 @@ def test_encode_counts_bytes_not_characters():
     # 600,000 characters, but at least 1.2 MB however 'é' is encoded (UTF-8 or a \u00e9 escape)
     script = "#!/bin/bash\n" + "é" * 600_000
     with pytest.raises(RequestTooLargeError):
-        SlurmRequest("POST", "/slurm/v0.0.42/job/submit", {"job": {}, "script": script}).encode()
+        SlurmCall("POST", "/slurm/v0.0.42/job/submit", {"job": {}, "script": script}).encode()

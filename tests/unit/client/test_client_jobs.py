@@ -525,31 +525,64 @@ def test_slurmdb_meta_record_reads_the_task_bitmap(slurm_fixture):
     assert JobStatus.from_slurmdb(throttled).job_id == "155_[1,3,5-7%2]"
 
 
-def test_missing_job_watch_waits_out_the_grace_window_and_forgets_on_found() -> None:
+def test_wait_policy_waits_out_the_grace_window_and_forgets_on_found() -> None:
     from airflow_provider_slurmapi.client.errors import JobLostError
-    from airflow_provider_slurmapi.client.jobs import MissingJobWatch
+    from airflow_provider_slurmapi.client.wait_policy import JobWaitPolicy
 
-    watch = MissingJobWatch(grace=10)
-    watch.missing("7", now=100)
-    watch.missing("7", now=109.9)  # accounting may still catch up
-    watch.seen(JobStatus("7", "RUNNING"), now=110)  # it did: the window starts again at the next miss
-    watch.missing("7", now=200)
+    policy = JobWaitPolicy("7", lost_grace=10)
+    assert policy.judge(None, now=100).status is None
+    assert policy.judge(None, now=109.9).warning("7") == (
+        "Slurm job 7 is in neither queue nor accounting yet; still looking"
+    )  # accounting may still catch up
+    found = policy.judge(JobStatus("7", "RUNNING"), now=110)  # it did: the window starts again at the next miss
+    assert (found.finished, found.changed, policy.astray_since) == (False, True, None)
+    policy.judge(None, now=200)
     with pytest.raises(JobLostError, match="Slurm job 7 is lost: for 10 s"):
-        watch.missing("7", now=210)
+        policy.judge(None, now=210)
+
+
+def test_wait_policy_carries_on_from_a_kept_astray_time() -> None:
+    """A rescheduled sensor builds a new policy each poke from the time it kept."""
+    from airflow_provider_slurmapi.client.errors import JobLostError
+    from airflow_provider_slurmapi.client.wait_policy import JobWaitPolicy
+
+    JobWaitPolicy("7", lost_grace=10, astray_since=100).judge(None, now=109)
+    with pytest.raises(JobLostError):
+        JobWaitPolicy("7", lost_grace=10, astray_since=100).judge(None, now=110)
+
+
+def test_wait_policy_reports_changes_and_the_end_once_each() -> None:
+    from airflow_provider_slurmapi.client.wait_policy import JobWaitPolicy
+
+    policy = JobWaitPolicy("9")
+    verdicts = [
+        policy.judge(JobStatus("9", state, reason=reason), now=0)
+        for state, reason in [("PENDING", "Priority"), ("PENDING", "Priority"), ("RUNNING", None), ("COMPLETED", None)]
+    ]
+    assert [(v.changed, v.finished) for v in verdicts] == [(True, False), (False, False), (True, False), (True, True)]
+
+
+def test_wait_policy_deadline() -> None:
+    from airflow_provider_slurmapi.client.wait_policy import JobWaitPolicy
+
+    assert JobWaitPolicy("1").pause(30, now=5) == 30
+    policy = JobWaitPolicy("1", deadline=100)
+    assert (policy.pause(30, now=50), policy.pause(30, now=90), policy.pause(30, now=100)) == (30, 10, None)
+    assert (policy.time_left(40), policy.time_left(120)) == (60, 0)
 
 
 def test_an_unknown_state_keeps_polling_for_the_grace_window_then_fails() -> None:
     from airflow_provider_slurmapi.client.errors import UnknownJobStateError
-    from airflow_provider_slurmapi.client.jobs import MissingJobWatch
+    from airflow_provider_slurmapi.client.wait_policy import JobWaitPolicy
 
     strange = JobStatus("8", "HIBERNATING")  # a base state a newer Slurm might add
     assert (strange.is_known_state, strange.is_active) == (False, True)
-    watch = MissingJobWatch(grace=10)
-    watch.seen(strange, now=100)
-    watch.seen(strange, now=109.9)
-    watch.seen(JobStatus("8", "PENDING"), now=110)  # a known state again: the window restarts
-    watch.seen(strange, now=200)
+    policy = JobWaitPolicy("8", lost_grace=10)
+    policy.judge(strange, now=100)
+    policy.judge(strange, now=109.9)
+    policy.judge(JobStatus("8", "PENDING"), now=110)  # a known state again: the window restarts
+    policy.judge(strange, now=200)
     with pytest.raises(UnknownJobStateError, match="Slurm job 8 has been in state 'HIBERNATING'.*for 10 s"):
-        watch.seen(strange, now=210)
+        policy.judge(strange, now=210)
     for state in ("PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "OUT_OF_MEMORY"):
-        watch.seen(JobStatus("8", state), now=1000)  # never raises for a state Slurm 24.11 documents
+        policy.judge(JobStatus("8", state), now=1000)  # never raises for a state Slurm 24.11 documents

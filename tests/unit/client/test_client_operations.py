@@ -12,7 +12,7 @@ import logging
 import pytest
 
 from airflow_provider_slurmapi.client import operations
-from airflow_provider_slurmapi.client.envelope import SlurmReply, SlurmRequest, read_reply
+from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply, read_reply
 from airflow_provider_slurmapi.client.errors import (
     ClusterNotFoundError,
     InvalidRequestError,
@@ -31,9 +31,9 @@ class Driver:
     def __init__(self, slurm_fixture, fixture_index):
         self._load = slurm_fixture
         self._index = fixture_index
-        self.requests: list[SlurmRequest] = []
+        self.requests: list[SlurmCall] = []
 
-    def reply(self, request: SlurmRequest, name: str) -> SlurmReply:
+    def reply(self, request: SlurmCall, name: str) -> SlurmReply:
         status = int(self._index[name]["http_status"])
         text = json.dumps({"status": status, "structuredBody": self._load(name)})
         return read_reply(request, 200, text)

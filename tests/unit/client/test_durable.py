@@ -9,13 +9,15 @@ from typing import Any
 import pytest
 
 from airflow_provider_slurmapi.client import operations
-from airflow_provider_slurmapi.client.durable import base_job_id, submission_key, with_key
-from airflow_provider_slurmapi.client.envelope import SlurmReply, SlurmRequest
+from airflow_provider_slurmapi.client.paths import base_job_id
+from airflow_provider_slurmapi.client.submission import submission_key, with_key
+from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply
 from airflow_provider_slurmapi.client.errors import InvalidArgumentError, TransportError, UnavailableError
 from airflow_provider_slurmapi.client.operations import Pause
 from airflow_provider_slurmapi.client.paths import SlurmPaths
 from airflow_provider_slurmapi.client.retry import RetryPolicy
-from airflow_provider_slurmapi.operators.job import is_automatic_retry, task_deadline
+from airflow_provider_slurmapi.operators.job import is_automatic_retry
+from airflow_provider_slurmapi.slurm_task import task_deadline
 
 PATHS = SlurmPaths()
 RETRY = RetryPolicy(max_attempts=3, initial_wait=1.0, max_wait=4.0)
@@ -94,7 +96,7 @@ def test_a_permanent_error_is_not_retried_nor_reconciled() -> None:
 
 def test_the_submit_gives_up_after_its_attempts() -> None:
     op = operations.submit_job(PATHS, JOB, SCRIPT, key=KEY, retry=RETRY)
-    step: SlurmRequest | Pause = next(op)
+    step: SlurmCall | Pause = next(op)
     posts = 0
     with pytest.raises(UnavailableError):
         while True:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from airflow_provider_slurmapi.client.jobs import JobStatus
@@ -36,18 +37,18 @@ def carries_key(status: JobStatus, key: str) -> bool:
     return key in status.comment.split()
 
 
-def base_job_id(job_id: str) -> str:
-    """The ID the submit returned, for a record of an array task (``86_2``) or a het component."""
-    for separator in ("_", "+"):
-        job_id = job_id.partition(separator)[0]
-    return job_id
+class Outcome(StrEnum):
+    """What ``submit_once`` did with the job of a key."""
+
+    SUBMITTED = "submitted"  # a new job
+    REATTACHED = "reattached"  # an earlier attempt's job, still pending or running
+    ADOPTED = "adopted"  # an earlier attempt's job that already completed successfully
 
 
 @dataclass(frozen=True)
 class Submission:
-    """What ``submit_once`` did: ``submitted`` a new job, ``reattached`` to one still active, or
-    ``adopted`` one that already completed successfully (then ``status`` is its final status)."""
+    """What ``submit_once`` did; ``status`` is the job's status when it was found, not submitted."""
 
     job_id: str
-    outcome: str
+    outcome: Outcome
     status: JobStatus | None = None

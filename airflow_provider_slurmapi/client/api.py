@@ -1,4 +1,5 @@
-"""The client's operations, written once for the sync and the async transport."""
+"""The API's operations as methods, for the sync and the async client alike: a client only says
+how a request travels and how a pause is waited (``_run``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION, SlurmPat
 from airflow_provider_slurmapi.client.retry import RetryPolicy
 
 
-class ClientBase:
+class SlurmJobApiOperations:
     """Each method returns the operation's result (sync client) or an awaitable of it (async client)."""
 
     def __init__(

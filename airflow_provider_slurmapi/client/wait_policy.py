@@ -1,0 +1,73 @@
+"""The one wait policy for a Slurm job, used by the hook's wait, the trigger and the sensor.
+
+It decides what each read means: keep waiting, finished, lost (missing from both the live queue
+and accounting for ``lost_grace`` s, since accounting can lag), or a state this provider does not
+know that lasted as long; and when the deadline is reached. It does no I/O and reads no clock:
+each caller reads the job and sleeps its own way. Times are epoch seconds, so a sensor that is
+rescheduled between reads can keep ``astray_since`` and carry the policy on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from airflow_provider_slurmapi.client.errors import JobLostError, UnknownJobStateError
+from airflow_provider_slurmapi.client.jobs import JobStatus
+
+LOST_JOB_GRACE = 300.0  # seconds a job may be missing from both queue and accounting (accounting lags)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one read means. ``status`` is None when the job was found nowhere."""
+
+    status: JobStatus | None
+    finished: bool = False
+    changed: bool = False  # the state or reason differs from the last read's: worth a log line
+
+    def warning(self, job_id: str) -> str | None:
+        if self.status is None:
+            return f"Slurm job {job_id} is in neither queue nor accounting yet; still looking"
+        return None
+
+
+@dataclass
+class JobWaitPolicy:
+    """The wait for one job, read after read."""
+
+    job_id: str
+    lost_grace: float = LOST_JOB_GRACE
+    deadline: float | None = None  # epoch seconds
+    # epoch time of the first of the reads in a row that found the job nowhere or in an unknown state
+    astray_since: float | None = None
+    _last: tuple[str, str | None] | None = None
+
+    def judge(self, status: JobStatus | None, now: float) -> Verdict:
+        """The verdict on a read (``None``: found nowhere). Raises ``JobLostError`` or
+        ``UnknownJobStateError`` once such reads have lasted ``lost_grace`` seconds."""
+        if status is None:
+            if self._astray_too_long(now):
+                raise JobLostError(self.job_id, self.lost_grace)
+            return Verdict(None)
+        if status.is_known_state:
+            self.astray_since = None
+        elif self._astray_too_long(now):
+            raise UnknownJobStateError(status.job_id, status.state, self.lost_grace)
+        changed = (status.state, status.reason) != self._last
+        self._last = (status.state, status.reason)
+        return Verdict(status, finished=status.is_finished, changed=changed)
+
+    def time_left(self, now: float) -> float | None:
+        """Seconds until the deadline (0 once reached), or None without one."""
+        return None if self.deadline is None else max(0.0, self.deadline - now)
+
+    def pause(self, interval: float, now: float) -> float | None:
+        """Seconds to sleep before the next read, or None when the deadline is reached."""
+        left = self.time_left(now)
+        if left is None:
+            return interval
+        return min(interval, left) if left > 0 else None
+
+    def _astray_too_long(self, now: float) -> bool:
+        self.astray_since = now if self.astray_since is None else self.astray_since
+        return now - self.astray_since >= self.lost_grace

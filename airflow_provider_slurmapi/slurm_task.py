@@ -1,0 +1,153 @@
+"""What the operators and the sensor share: connection arguments, the hook, deferring to the
+trigger and reading its event.
+
+Importing this module stays cheap (it is imported at every DAG parse): the hook, the trigger and
+their HTTP and Google libraries are imported only when a task runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+
+from airflow.providers.common.compat.sdk import AirflowException
+
+from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.client.wait_policy import LOST_JOB_GRACE
+
+if TYPE_CHECKING:
+    from airflow.providers.common.compat.sdk import Context
+
+    from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
+
+# Templated connection and cluster arguments of every operator and the sensor.
+CONNECTION_TEMPLATE_FIELDS = ("project_id", "region", "cluster_id", "api_version", "impersonation_chain")
+
+
+class DeferringSlurmTask(Protocol):
+    """What ``defer_until_finished`` needs: the mixin's arguments and a BaseOperator's ``defer``."""
+
+    @property
+    def hook_kwargs(self) -> dict[str, Any]: ...
+
+    shared_polling: bool
+    lost_grace: float
+    execution_timeout: timedelta | None
+
+    def defer(self, *, trigger: Any, method_name: str) -> NoReturn: ...
+
+
+class SlurmTaskMixin:
+    """Connection and cluster arguments, and the hook built from them."""
+
+    slurm_conn_id: str
+    project_id: str | None
+    region: str | None
+    cluster_id: str | None
+    api_version: str | None
+    impersonation_chain: str | Sequence[str] | None
+    retry_attempts: int | None  # override the connection's retry settings
+    retry_max_seconds: float | None
+    shared_polling: bool = True  # while deferred, read the job through the cluster's shared poller
+    lost_grace: float = LOST_JOB_GRACE
+
+    def set_connection_arguments(
+        self,
+        slurm_conn_id: str,
+        project_id: str | None,
+        region: str | None,
+        cluster_id: str | None,
+        api_version: str | None,
+        impersonation_chain: str | Sequence[str] | None,
+        retry_attempts: int | None,
+        retry_max_seconds: float | None,
+    ) -> None:
+        self.slurm_conn_id = slurm_conn_id
+        self.project_id = project_id
+        self.region = region
+        self.cluster_id = cluster_id
+        self.api_version = api_version
+        self.impersonation_chain = impersonation_chain
+        self.retry_attempts = retry_attempts
+        self.retry_max_seconds = retry_max_seconds
+
+    @property
+    def hook_kwargs(self) -> dict[str, Any]:
+        chain = self.impersonation_chain
+        return {
+            "slurm_conn_id": self.slurm_conn_id,
+            "project_id": self.project_id,
+            "region": self.region,
+            "cluster_id": self.cluster_id,
+            "api_version": self.api_version,
+            "impersonation_chain": list(chain) if chain and not isinstance(chain, str) else chain,
+            "retry_attempts": self.retry_attempts,
+            "retry_max_seconds": self.retry_max_seconds,
+        }
+
+    @cached_property
+    def hook(self) -> SlurmJobApiHook:
+        from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
+
+        return SlurmJobApiHook(**self.hook_kwargs)
+
+    def defer_until_finished(
+        self: DeferringSlurmTask,
+        context: Context,
+        job_id: str,
+        *,
+        poll_interval: float,
+        timeout: float | None,
+        cancel_on_kill: bool = False,
+    ) -> NoReturn:
+        """Hand the wait to the triggerer; ``execute_complete`` receives the trigger's event.
+
+        The trigger carries the absolute deadline of ``timeout`` and of the task's
+        ``execution_timeout``, which Airflow does not enforce while a task is deferred.
+        """
+        from airflow_provider_slurmapi.triggers.job import SlurmJobTrigger
+
+        self.defer(
+            trigger=SlurmJobTrigger(
+                job_id,
+                poll_interval=poll_interval,
+                deadline=task_deadline(context, timeout, self.execution_timeout),
+                hook_kwargs=self.hook_kwargs,
+                lost_grace=self.lost_grace,
+                cancel_on_kill=cancel_on_kill,
+                shared_polling=self.shared_polling,
+            ),
+            method_name="execute_complete",
+        )
+
+
+def check_positive(name: str, value: float | None, *, optional: bool = False) -> None:
+    """Refuse a wait argument that is not a positive number of seconds, naming it."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        allowed = "a positive number of seconds" + (" or None" if optional else "")
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+
+
+def task_deadline(context: Context, timeout: float | None, execution_timeout: timedelta | None) -> float | None:
+    """The earliest of now + ``timeout`` and the task's start + ``execution_timeout`` (epoch s)."""
+    deadlines = []
+    if timeout:
+        deadlines.append(time.time() + timeout)
+    if execution_timeout:
+        start = getattr(context["ti"], "start_date", None)
+        started = start.timestamp() if start else time.time()
+        deadlines.append(started + execution_timeout.total_seconds())
+    return min(deadlines) if deadlines else None
+
+
+def status_from_event(event: dict[str, Any] | None) -> JobStatus:
+    """The final status a trigger sent, or the task's failure with the trigger's reason."""
+    event = event or {}
+    if event.get("status") == "finished":
+        return JobStatus.from_dict(event["job"])
+    raise AirflowException(event.get("message") or f"Slurm job {event.get('job_id')}: no status received")
