@@ -171,8 +171,7 @@ def test_cancel_operator(slurm_connection: str) -> None:
 def test_poking_sensor_waits_out_a_missing_job_then_fails(slurm_connection: str) -> None:
     from airflow_provider_slurmapi.client.errors import JobLostError
 
-    sensor = SlurmJobSensor(task_id="s", job_id="99999", poke_interval=0.3, deferrable=False)
-    sensor._missing.grace = 1.0
+    sensor = SlurmJobSensor(task_id="s", job_id="99999", poke_interval=0.3, deferrable=False, lost_grace=1.0)
     assert sensor.poke(context()) is False  # not in the queue nor in accounting: maybe not yet
     time.sleep(1.1)
     with pytest.raises(JobLostError, match="99999"):

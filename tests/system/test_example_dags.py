@@ -99,6 +99,15 @@ def test_job_read_back_from_accounting(airflow_env: dict[str, str]) -> None:
     assert "reading it from accounting (/slurmdb)" in output(result)
 
 
+def test_rescheduling_sensor_reports_a_lost_job(airflow_env: dict[str, str]) -> None:
+    """mode="reschedule": each poke is a new sensor; the wait still ends after lost_grace (8 s)."""
+    result = dags_test(airflow_env, "test_slurm_lost_job_reschedule")
+    log = output(result)
+    assert "Slurm job 999999 is lost: for 8 s" in log, log[-5000:]
+    assert "AirflowSensorTimeout" not in log and "Sensor has timed out" not in log, log[-5000:]
+    assert "up_for_reschedule" in log.lower() or "reschedul" in log.lower(), log[-5000:]
+
+
 def test_sensor_and_cancel_dag(airflow_env: dict[str, str], monkeypatch) -> None:
     result = dags_test(airflow_env, "example_slurm_sensor_and_cancel")
     assert result.returncode == 0, output(result)[-5000:]

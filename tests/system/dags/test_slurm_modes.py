@@ -1,4 +1,5 @@
-"""DAGs used only by the system tests: the worker-waiting mode and the /slurmdb read-back."""
+"""DAGs used only by the system tests: the worker-waiting mode, the /slurmdb read-back and a
+rescheduling sensor whose job is lost."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 from datetime import datetime
 
 from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
+from airflow_provider_slurmapi.sensors.job import SlurmJobSensor
 
 try:
     from airflow.sdk import DAG
@@ -37,4 +39,16 @@ with DAG(dag_id="test_slurm_accounting_readback", start_date=datetime(2026, 1, 1
         script="#!/bin/bash\nsleep 1\n",
         deferrable=True,
         poll_interval=int(os.environ.get("SLURM_TEST_READBACK_POLL", "5")),
+    )
+
+with DAG(dag_id="test_slurm_lost_job_reschedule", start_date=datetime(2026, 1, 1), schedule=None):
+    # A job that exists nowhere: each poke is a new sensor instance, so only the time kept across
+    # reschedules can end the wait after lost_grace; without it, only the sensor's timeout would.
+    SlurmJobSensor(
+        task_id="watch",
+        job_id="999999",
+        mode="reschedule",
+        poke_interval=2,
+        lost_grace=8,
+        timeout=240,
     )
