@@ -12,7 +12,7 @@ from airflow_provider_slurmapi.client.api import SlurmJobApiOperations
 from airflow_provider_slurmapi.client.cluster import ClusterRef
 from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply, read_reply
 from airflow_provider_slurmapi.client.errors import SlurmJobApiError, TransportError, UnauthenticatedError
-from airflow_provider_slurmapi.client.operations import Operation, Pause
+from airflow_provider_slurmapi.client.operations import Operation, Pause, StepResult, advance
 
 # Returns a valid access token; with force=True it must fetch a new one.
 TokenSource = Callable[[bool], Awaitable[str]]
@@ -52,21 +52,23 @@ class AsyncSlurmJobApiClient(SlurmJobApiOperations):
         return self._session
 
     async def _run(self, operation: Operation) -> Any:
+        outcome: StepResult = None
         try:
-            step = next(operation)
             while True:
-                if isinstance(step, Pause):
-                    await asyncio.sleep(step.seconds)
-                    step = operation.send(None)
-                    continue
-                try:
-                    reply = await self._send(step)
-                except SlurmJobApiError as error:
-                    step = operation.throw(error)  # the operation may reconcile; else it re-raises
-                else:
-                    step = operation.send(reply)
+                step = advance(operation, outcome)
+                outcome = await (self._sleep(step) if isinstance(step, Pause) else self._try_send(step))
         except StopIteration as done:
             return done.value
+
+    @staticmethod
+    async def _sleep(pause: Pause) -> None:
+        await asyncio.sleep(pause.seconds)
+
+    async def _try_send(self, request: SlurmCall) -> SlurmReply | SlurmJobApiError:
+        try:
+            return await self._send(request)
+        except SlurmJobApiError as error:
+            return error  # for the operation to reconcile, or raise
 
     async def _send(self, request: SlurmCall) -> SlurmReply:
         data = request.encode()

@@ -39,29 +39,12 @@ class SlurmJobApiOperations:
         """
         return self._run(operations.submit_job(self.paths, job, script, key=key, retry=self.retry))
 
-    def submit_once(
-        self,
-        job: dict[str, Any],
-        script: str,
-        key: str,
-        *,
-        known_job_id: str | None = None,
-        adopt_completed: bool = False,
-        earlier_tries: bool = True,
-    ) -> Any:
-        """Reattach to, adopt, or submit the job of ``key``; the result is a ``Submission``."""
-        return self._run(
-            operations.submit_once(
-                self.paths,
-                job,
-                script,
-                key,
-                known_job_id=known_job_id,
-                adopt_completed=adopt_completed,
-                earlier_tries=earlier_tries,
-                retry=self.retry,
-            )
-        )
+    def submit_once(self, job: dict[str, Any], script: str, key: str, **options: Any) -> Any:
+        """Reattach to, adopt, or submit the job of ``key``; the result is a ``Submission``.
+
+        ``options``: ``known_job_id``, ``adopt_completed``, ``earlier_tries`` (see ``operations.submit_once``).
+        """
+        return self._run(operations.submit_once(self.paths, job, script, key, retry=self.retry, **options))
 
     def find_job_by_key(self, key: str, name: str | None = None) -> Any:
         """The newest job carrying ``key`` (``JobStatus``), or None."""

@@ -98,17 +98,12 @@ class JobStatus:
     @classmethod
     def from_slurm(cls, job: dict[str, Any]) -> JobStatus:
         """A job object of ``GET /slurm/vX/job/{id}`` or ``/jobs``."""
-        states = _state_list(job.get("job_state"))
-        reason = job.get("state_reason")
-        return cls(
+        return cls._from_reply(
+            job,
             job_id=_slurm_job_id(job),
-            state=states[0] if states else "UNKNOWN",
-            flags=tuple(states[1:]),
-            reason=reason if reason and reason != "None" else None,
-            exit_code=ExitCode.from_reply(job.get("exit_code")),
-            derived_exit_code=ExitCode.from_reply(job.get("derived_exit_code")),
-            name=str(job.get("name") or ""),
-            comment=str(job.get("comment") or ""),
+            states=_state_list(job.get("job_state")),
+            reason=job.get("state_reason"),
+            comment=job.get("comment"),
             source="slurm",
             extra={"state_description": job.get("state_description") or ""},
         )
@@ -117,19 +112,31 @@ class JobStatus:
     def from_slurmdb(cls, job: dict[str, Any]) -> JobStatus:
         """A job object of ``GET /slurmdb/vX/job/{id}``: state under ``state.current``."""
         state = job.get("state") or {}
-        states = _state_list(state.get("current") if isinstance(state, dict) else state)
-        reason = state.get("reason") if isinstance(state, dict) else None
         comment = job.get("comment")
-        return cls(
+        return cls._from_reply(
+            job,
             job_id=_slurmdb_job_id(job),
+            states=_state_list(state.get("current") if isinstance(state, dict) else state),
+            reason=state.get("reason") if isinstance(state, dict) else None,
+            comment=comment.get("job") if isinstance(comment, dict) else comment,
+            source="slurmdb",
+        )
+
+    @classmethod
+    def _from_reply(
+        cls, job: dict[str, Any], *, job_id: str, states: list[str], reason: Any, comment: Any, **more: Any
+    ) -> JobStatus:
+        """What /slurm and /slurmdb name alike; the callers read what they name differently."""
+        return cls(
+            job_id=job_id,
             state=states[0] if states else "UNKNOWN",
             flags=tuple(states[1:]),
             reason=reason if reason and reason != "None" else None,
             exit_code=ExitCode.from_reply(job.get("exit_code")),
             derived_exit_code=ExitCode.from_reply(job.get("derived_exit_code")),
             name=str(job.get("name") or ""),
-            comment=str(comment.get("job") or "") if isinstance(comment, dict) else str(comment or ""),
-            source="slurmdb",
+            comment=str(comment or ""),
+            **more,
         )
 
     @property

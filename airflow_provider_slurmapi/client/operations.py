@@ -40,6 +40,19 @@ class Pause:
 
 
 Operation = Generator["SlurmCall | Pause", "SlurmReply | None", Any]
+# What a client hands back to an operation: the reply to its request, the request's error, or
+# None (to start it, and after a pause).
+StepResult = SlurmReply | SlurmJobApiError | None
+
+
+def advance(operation: Operation, outcome: StepResult) -> SlurmCall | Pause:
+    """The operation's next step after ``outcome``; StopIteration carries its result.
+
+    An error is thrown into the operation, which may reconcile it (a submit) or let it out.
+    """
+    if isinstance(outcome, SlurmJobApiError):
+        return operation.throw(outcome)
+    return operation.send(outcome)
 
 
 def _request(request: SlurmCall) -> Generator[SlurmCall | Pause, SlurmReply | None, SlurmReply]:

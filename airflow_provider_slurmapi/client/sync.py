@@ -11,7 +11,7 @@ from airflow_provider_slurmapi.client.api import SlurmJobApiOperations
 from airflow_provider_slurmapi.client.cluster import ClusterRef
 from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply, read_reply
 from airflow_provider_slurmapi.client.errors import SlurmJobApiError, TransportError
-from airflow_provider_slurmapi.client.operations import Operation, Pause
+from airflow_provider_slurmapi.client.operations import Operation, Pause, StepResult, advance
 
 
 class SlurmJobApiClient(SlurmJobApiOperations):
@@ -22,21 +22,23 @@ class SlurmJobApiClient(SlurmJobApiOperations):
         self.session = session
 
     def _run(self, operation: Operation) -> Any:
+        outcome: StepResult = None
         try:
-            step = next(operation)
             while True:
-                if isinstance(step, Pause):
-                    time.sleep(step.seconds)
-                    step = operation.send(None)
-                    continue
-                try:
-                    reply = self._send(step)
-                except SlurmJobApiError as error:
-                    step = operation.throw(error)  # the operation may reconcile; else it re-raises
-                else:
-                    step = operation.send(reply)
+                step = advance(operation, outcome)
+                outcome = self._sleep(step) if isinstance(step, Pause) else self._try_send(step)
         except StopIteration as done:
             return done.value
+
+    @staticmethod
+    def _sleep(pause: Pause) -> None:
+        time.sleep(pause.seconds)
+
+    def _try_send(self, request: SlurmCall) -> SlurmReply | SlurmJobApiError:
+        try:
+            return self._send(request)
+        except SlurmJobApiError as error:
+            return error  # for the operation to reconcile, or raise
 
     def _send(self, request: SlurmCall) -> SlurmReply:
         data = request.encode()
