@@ -36,3 +36,6 @@ if [ ! -f "$stamp" ]; then
     rm -f "$VENV"/.installed-*
     touch "$stamp"
 fi
+# This package is installed editable, from the work tree: compile it on every run too (only what
+# changed is compiled again), so that the processes the tests start do not compile it each time.
+"$VENV/bin/python" -m compileall -q -j 0 airflow_provider_slurmapi > /dev/null
