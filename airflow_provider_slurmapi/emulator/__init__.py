@@ -8,8 +8,8 @@ with Emulator(EmulatorConfig(seconds_per_minute=2.0)) as emu:
          #      "modelDevelopmentClusters/test-cluster:callSlurmRestApi"
 """
 
-from airflow_provider_slurmapi.emulator.backend import BuiltinBackend, SlurmBackend, SlurmRequest
-from airflow_provider_slurmapi.emulator.emulator import Emulator, EmulatorConfig
+from airflow_provider_slurmapi.emulator.backend_api import SlurmBackend, SlurmRequest
+from airflow_provider_slurmapi.emulator.builtin import BuiltinBackend
 from airflow_provider_slurmapi.emulator.faults import (
     FAULT_HEADER,
     FAULT_KINDS,
@@ -19,6 +19,7 @@ from airflow_provider_slurmapi.emulator.faults import (
     ScriptedFault,
 )
 from airflow_provider_slurmapi.emulator.request_log import LoggedCall, RequestLog
+from airflow_provider_slurmapi.emulator.service import Emulator, EmulatorConfig
 
 __all__ = [
     "FAULT_HEADER",

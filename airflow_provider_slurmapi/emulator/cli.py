@@ -20,8 +20,8 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from airflow_provider_slurmapi.emulator.emulator import BACKENDS, Emulator, EmulatorConfig
 from airflow_provider_slurmapi.emulator.faults import FAULT_HEADER, FAULT_KINDS, FaultPlan, load_script
+from airflow_provider_slurmapi.emulator.service import BACKENDS, Emulator, EmulatorConfig
 
 ENV_PREFIX = "SLURM_JOB_API_EMULATOR_"
 DEFAULT_PROJECT, DEFAULT_REGION, DEFAULT_CLUSTER = "test-project", "us-central1", "test-cluster"

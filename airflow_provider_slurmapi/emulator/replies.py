@@ -13,9 +13,12 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from airflow_provider_slurmapi.emulator.jobs import SLURMDB_NEVER_STARTED, ExitInfo, Job, State
+from airflow_provider_slurmapi.emulator.job_model import SLURMDB_NEVER_STARTED, ExitInfo, Job, State
 
 Reply = dict[str, Any]
+
+# slurmrestd's text for error 9000, whatever it failed to parse (a bad job id, method or submission)
+PARSE_ERROR = "Query empty or not RFC7320 compliant"
 
 
 @cache
@@ -106,7 +109,7 @@ def _planned_end(job: Job, start: int) -> int:
     return start + job.time_limit * 60 if job.time_limit is not None else 0
 
 
-def _state_list(job: Job) -> list[str]:
+def state_list(job: Job) -> list[str]:
     return [job.state.value, "COMPLETING"] if job.completing else [job.state.value]
 
 
@@ -139,7 +142,7 @@ def slurm_job(job: Job, cluster: str) -> dict[str, Any]:
     out["mail_user"] = job.user_name
     out["partition"] = job.partition
     out["comment"] = job.comment
-    out["job_state"] = _state_list(job)
+    out["job_state"] = state_list(job)
     out["state_reason"] = job.state_reason
     out["state_description"] = job.state_description
     out["current_working_directory"] = job.cwd

@@ -23,7 +23,7 @@ from urllib.parse import parse_qs
 from aiohttp import web
 
 from airflow_provider_slurmapi.emulator import auth
-from airflow_provider_slurmapi.emulator.backend import BackendUnavailable, SlurmBackend, SlurmRequest
+from airflow_provider_slurmapi.emulator.backend_api import BackendUnavailable, SlurmBackend, SlurmRequest
 from airflow_provider_slurmapi.emulator.faults import FAULT_HEADER, FaultInjector
 from airflow_provider_slurmapi.emulator.request_log import RequestLog
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import aiohttp
 import yarl
 
-from airflow_provider_slurmapi.emulator import replies
-from airflow_provider_slurmapi.emulator.backend import (
+from airflow_provider_slurmapi.emulator.backend_api import (
     BackendUnavailable,
     SlurmAnswer,
     SlurmBackend,
@@ -59,7 +59,7 @@ class SlurmrestdBackend(SlurmBackend):
         return status, _reply(raw.decode("utf-8", errors="replace"))
 
 
-def _reply(text: str) -> replies.Reply | str:
+def _reply(text: str) -> dict[str, Any] | str:
     """A JSON object as a dict; anything else (slurmrestd's text/plain errors) as the text itself."""
     try:
         reply = json.loads(text)

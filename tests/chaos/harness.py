@@ -264,8 +264,8 @@ def verify(
     A task run may have a second job only if its first one failed while no try was watching it
     (a failed job is submitted anew by design); any other extra job is a duplicate.
     """
-    from airflow_provider_slurmapi.client.submission import carries_key, submission_key
     from airflow_provider_slurmapi.client.jobs import JobStatus
+    from airflow_provider_slurmapi.client.submission import carries_key, submission_key
 
     records = [(JobStatus.from_slurmdb(record), record["time"]) for record in accounting]
     problems: list[str] = []

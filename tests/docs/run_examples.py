@@ -35,8 +35,8 @@ def connection(url: str, key_file: Path) -> str:
 
 
 def jobs_by_task(dag_id: str, run_id: str, task_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-    from airflow_provider_slurmapi.client.submission import submission_key
     from airflow_provider_slurmapi.client.jobs import JobStatus
+    from airflow_provider_slurmapi.client.submission import submission_key
     from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 
     hook = SlurmJobApiHook()

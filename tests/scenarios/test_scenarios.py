@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_slurmapi.client.submission import submission_key
 from airflow_provider_slurmapi.client.errors import SlurmError
 from airflow_provider_slurmapi.client.jobs import ExitCode
+from airflow_provider_slurmapi.client.submission import submission_key
 from airflow_provider_slurmapi.emulator import ScriptedFault
 from tests.scenarios.conftest import Cluster
 

@@ -9,8 +9,8 @@ from typing import Any
 from airflow.exceptions import AirflowException
 from airflow.sdk import DAG, BaseOperator
 
-from airflow_provider_slurmapi.client.submission import submission_key
 from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.client.submission import submission_key
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 from airflow_provider_slurmapi.triggers.job import SlurmJobTrigger
 

@@ -9,13 +9,12 @@ from typing import Any
 import pytest
 
 from airflow_provider_slurmapi.client import operations
-from airflow_provider_slurmapi.client.paths import base_job_id
-from airflow_provider_slurmapi.client.submission import submission_key, with_key
 from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply
 from airflow_provider_slurmapi.client.errors import InvalidArgumentError, TransportError, UnavailableError
 from airflow_provider_slurmapi.client.operations import Pause
-from airflow_provider_slurmapi.client.paths import SlurmPaths
+from airflow_provider_slurmapi.client.paths import SlurmPaths, base_job_id
 from airflow_provider_slurmapi.client.retry import RetryPolicy
+from airflow_provider_slurmapi.client.submission import submission_key, with_key
 from airflow_provider_slurmapi.operators.job import is_automatic_retry
 from airflow_provider_slurmapi.slurm_task import task_deadline
 

@@ -9,7 +9,7 @@ import pytest
 from emulator_testkit import Api
 
 from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
-from airflow_provider_slurmapi.emulator.jobs import Job, parse_array
+from airflow_provider_slurmapi.emulator.job_model import Job, parse_array
 
 
 def _alive(pid: int) -> bool:

@@ -21,7 +21,7 @@ from airflow_provider_slurmapi.client.errors import InvalidArgumentError, SlurmE
 from airflow_provider_slurmapi.client.retry import NO_RETRY
 from airflow_provider_slurmapi.client.sync import SlurmJobApiClient
 from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig, SlurmRequest
-from airflow_provider_slurmapi.emulator.backend import BackendUnavailable
+from airflow_provider_slurmapi.emulator.backend_api import BackendUnavailable
 from airflow_provider_slurmapi.emulator.cli import config_from_args, describe
 from airflow_provider_slurmapi.emulator.slurmrestd import SlurmrestdBackend
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 import signal
 import time
@@ -25,6 +24,11 @@ TERMINAL = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.TIME
 SLURMDB_NEVER_STARTED = 4294967294
 # What %a expands to for a job that is not part of an array (Slurm's NO_VAL).
 NO_ARRAY_TASK = 4294967294
+
+
+def epoch_seconds() -> int:
+    """The time now as Slurm keeps it: whole seconds since the epoch."""
+    return int(time.time())
 
 
 @dataclass
@@ -101,7 +105,7 @@ class Job:
     # array bookkeeping: array_job_id 0 and array_task_id None for plain jobs, like Slurm. An array
     # is one record (its "meta" record, with the array's own id) until a task starts: each task is
     # then split off into a record of its own with a new id, and the record keeps the tasks not
-    # started yet (pending_tasks) until one is left, which it then becomes (see backend._split_task).
+    # started yet (pending_tasks) until one is left, which it then becomes (see Scheduler._split_task).
     array_job_id: int = 0
     array_task_id: int | None = None
     array_max_tasks: int = 0
@@ -122,7 +126,6 @@ class Job:
     last_change: int = 0
     ran: bool = False  # it reached RUNNING (allocated a node), even if it failed at once
     queued_at: float = field(default_factory=time.monotonic)  # for the scheduler's start delay
-    process: asyncio.subprocess.Process | None = field(default=None, repr=False)
 
     @property
     def terminal(self) -> bool:

@@ -14,7 +14,8 @@ from typing import Any
 from aiohttp import web
 
 from airflow_provider_slurmapi.emulator import auth
-from airflow_provider_slurmapi.emulator.backend import BuiltinBackend, SlurmBackend
+from airflow_provider_slurmapi.emulator.backend_api import SlurmBackend
+from airflow_provider_slurmapi.emulator.builtin import BuiltinBackend
 from airflow_provider_slurmapi.emulator.faults import FaultInjector, FaultPlan, ScriptedFault
 from airflow_provider_slurmapi.emulator.request_log import RequestLog
 from airflow_provider_slurmapi.emulator.server import ClusterKey, ServerState, make_app

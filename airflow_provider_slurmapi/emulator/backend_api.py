@@ -1,0 +1,67 @@
+"""The seam between the server and a backend that answers the Slurm REST call callSlurmRestApi forwards.
+
+The server validates the Google side (auth, cluster, envelope) and hands a ``SlurmRequest`` to a
+``SlurmBackend``, which answers ``(slurmrestd HTTP status, reply)``:
+
+- ``BuiltinBackend`` (``builtin.py``) emulates slurmctld + slurmdbd with local processes.
+- ``SlurmrestdBackend`` (``slurmrestd.py``) forwards every call to a real slurmrestd.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SlurmRequest:
+    """One Slurm REST call, as unwrapped from callSlurmRestApi."""
+
+    method: str  # "GET", "POST", "DELETE", "PUT", "PATCH"
+    path: str  # without the query string
+    query: dict[str, list[str]] = field(default_factory=dict)  # decoded, repeated keys kept
+    raw_query: str = ""  # undecoded, for checks that depend on the literal text
+    body: Any = None
+    principal: str = ""
+
+
+# a JSON reply, or the text of one slurmrestd answers as text/plain (e.g. "Authentication failure")
+SlurmAnswer = tuple[int, dict[str, Any] | str]
+
+
+class BackendUnavailable(Exception):
+    """The backend cannot answer at all (e.g. slurmrestd is unreachable); the server says UNAVAILABLE."""
+
+
+class SlurmBackend(abc.ABC):
+    """What the server needs from something that can answer Slurm REST calls for one cluster."""
+
+    @abc.abstractmethod
+    def is_known_path(self, path: str) -> bool:
+        """Whether ``path`` (no query string) is a Slurm REST route; unknown ones are INVALID_ARGUMENT."""
+
+    @abc.abstractmethod
+    async def handle(self, request: SlurmRequest) -> SlurmAnswer:
+        """Answer one call with slurmrestd's HTTP status and reply; raise ``BackendUnavailable`` if none."""
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Called in the server's event loop before the first request."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Called in the server's event loop on shutdown."""
+
+
+SLURM_PATH = re.compile(r"^/(slurm|slurmdb)/(v0\.0\.4[0-2])/(.*)$")  # (service, version, route)
+_SLURM_ROUTES = re.compile(r"^(job/submit|job/[^/]+|jobs/?|jobs/state/?|ping/?)$")
+_SLURMDB_ROUTES = re.compile(r"^(job/[^/]+|jobs/?)$")
+
+
+def is_slurm_route(path: str) -> bool:
+    """Whether ``path`` (no query string) is a Slurm REST route the API forwards."""
+    match = SLURM_PATH.match(path)
+    if not match:
+        return False
+    routes = _SLURM_ROUTES if match.group(1) == "slurm" else _SLURMDB_ROUTES
+    return bool(routes.match(match.group(3)))
