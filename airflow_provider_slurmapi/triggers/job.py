@@ -110,10 +110,14 @@ class SlurmJobTrigger(BaseTrigger):
     async def _poll_to_the_end(self, reader: JobReader | SharedJobReader) -> TriggerEvent:
         policy = JobWaitPolicy(self.job_id, lost_grace=self.lost_grace, deadline=self.deadline)
         while True:
+            until_deadline = asyncio.timeout(policy.time_left(time.time()))
             try:
-                async with asyncio.timeout(policy.time_left(time.time())):
+                async with until_deadline:
                     verdict = policy.judge(await self._read(reader), time.time())
-            except TimeoutError:
+            except TimeoutError as error:
+                if not until_deadline.expired():  # not the deadline: a read that timed out
+                    self.log.warning("Slurm job %s: status unavailable for now: %r", self.job_id, error)
+                    continue
                 cancelled = self.cancel_on_kill and await self._cancel_job()
                 outcome = "; it was cancelled" if cancelled else ""
                 message = f"Slurm job {self.job_id} did not finish before the task's deadline{outcome}"
