@@ -142,17 +142,19 @@ class SharedJobReader:
         self.poller = poller
         self.client = client
         self._alone: JobReader | None = None
+        self._has_read = False
 
     async def next_status(self, job_id: str) -> JobStatus:
         """The job's status at the poller's next tick: its summary while the job is active, else
         its full status (or accounting's). Once the API refused the bulk query, read by itself."""
         if self.poller.unsupported:
-            # the tick that found the query refused was followed by a full read: pause first
-            self._alone = self._alone or JobReader(self.client, self.poller.interval, read_now=False)
+            # a reader that has read already waits an interval first; one that joined late reads now
+            self._alone = self._alone or JobReader(self.client, self.poller.interval, read_now=not self._has_read)
             return await self._alone.next_status(job_id)
         tick = await self.poller.next_tick()
         if tick.error is not None:
             raise tick.error
+        self._has_read = True
         return tick.active.get(job_id) or await self.client.get_job(job_id)
 
 

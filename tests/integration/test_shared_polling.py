@@ -115,3 +115,31 @@ async def test_refused_query_strings_fall_back_to_per_job_polling(
     assert [JobStatus.from_dict(e["job"]).exit_code.return_code for e in events] == [0, 4, 0]
     fallbacks = [r for r in caplog.records if "by itself from now on" in r.getMessage()]
     assert len(fallbacks) == 1  # said once, not once per trigger
+
+
+async def test_a_trigger_joining_after_the_fallback_reads_its_job_at_once(
+    no_query_emulator: Emulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the API refused the bulk query, a trigger that starts later reads its job at once,
+    not one interval later (the interval here is 60 s)."""
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_JOB_API_DEFAULT", connection_json(no_query_emulator))
+    long, done = submit_many(["sleep 120", "exit 0"])
+    hook_kwargs = {"slurm_conn_id": "slurm_job_api_default"}
+    first = SlurmJobTrigger(long, poll_interval=60, hook_kwargs=hook_kwargs).run()
+    watching = asyncio.ensure_future(first.__anext__())
+    try:
+        while not any(p.unsupported for p in polling.active_pollers()):
+            await asyncio.sleep(0.1)
+        SlurmJobApiHook().wait_for_job(done, poll_interval=0.3, timeout=30)
+        late = SlurmJobTrigger(done, poll_interval=60, hook_kwargs=hook_kwargs).run()
+        try:
+            event = (await asyncio.wait_for(late.__anext__(), 20)).payload
+        finally:
+            await late.aclose()
+        assert JobStatus.from_dict(event["job"]).state == "COMPLETED"
+    finally:
+        watching.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await watching
+        await first.aclose()
+        SlurmJobApiHook().cancel_job(long)
