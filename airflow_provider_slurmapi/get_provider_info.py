@@ -62,6 +62,19 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         f"Empty: {RetryPolicy.max_elapsed:g}.",
         pattern=r"^\d+(\.\d+)?$",
     ),
+    "output_uri": _text(
+        "Job output: where Airflow reads it",
+        "gs://bucket/prefix (or file:///path on a filesystem the workers mount) holding what the cluster "
+        "sees at the path below. Both set: the task log shows the end of each job's output.",
+        pattern="^(gs://[^/]+(/.*)?|file:///.*)$",
+        examples=["gs://my-bucket/slurm-output"],
+    ),
+    "output_cluster_path": _text(
+        "Job output: the same place on the cluster",
+        "Absolute path where the cluster's nodes mount that location (e.g. the bucket's Cloud Storage FUSE mount).",
+        pattern="^/.*$",
+        examples=["/mnt/output/slurm-output"],
+    ),
 }
 
 UI_FIELD_BEHAVIOUR: dict[str, Any] = {
@@ -111,6 +124,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_provider_slurmapi.sensors.job"],
             }
         ],
+        "extra-links": ["airflow_provider_slurmapi.operators.links.SlurmJobOutputLink"],
         "triggers": [
             {
                 "integration-name": "Google Cloud Slurm Job API",

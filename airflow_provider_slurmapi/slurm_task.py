@@ -16,6 +16,14 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from airflow.providers.common.compat.sdk import AirflowException
 
 from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.client.output import (
+    DEFAULT_OUTPUT_WAIT,
+    DEFAULT_TAIL_BYTES,
+    DEFAULT_TAIL_LINES,
+    OutputSettings,
+    console_url,
+    error_excerpt,
+)
 from airflow_provider_slurmapi.client.wait_policy import LOST_JOB_GRACE
 
 if TYPE_CHECKING:
@@ -40,6 +48,19 @@ class DeferringSlurmTask(Protocol):
     def defer(self, *, trigger: Any, method_name: str) -> NoReturn: ...
 
 
+class ReportingSlurmTask(Protocol):
+    """What ``report_job_end`` needs: the mixin's hook and output settings, a BaseOperator's log."""
+
+    @property
+    def hook(self) -> SlurmJobApiHook: ...
+
+    @property
+    def output_settings(self) -> OutputSettings: ...
+
+    @property
+    def log(self) -> Any: ...  # a logging.Logger, or a structlog logger in the Task SDK
+
+
 class SlurmTaskMixin:
     """Connection and cluster arguments, and the hook built from them."""
 
@@ -53,6 +74,11 @@ class SlurmTaskMixin:
     retry_max_seconds: float | None
     shared_polling: bool = True  # while deferred, read the job through the cluster's shared poller
     lost_grace: float = LOST_JOB_GRACE
+    output_uri: str | None = None  # override the connection's output locations
+    output_cluster_path: str | None = None
+    output_tail_lines: int = DEFAULT_TAIL_LINES
+    output_tail_bytes: int = DEFAULT_TAIL_BYTES
+    output_wait: float = DEFAULT_OUTPUT_WAIT
 
     def set_connection_arguments(
         self,
@@ -73,6 +99,57 @@ class SlurmTaskMixin:
         self.impersonation_chain = impersonation_chain
         self.retry_attempts = retry_attempts
         self.retry_max_seconds = retry_max_seconds
+
+    def set_output_arguments(
+        self,
+        output_uri: str | None,
+        output_cluster_path: str | None,
+        output_tail_lines: int,
+        output_tail_bytes: int,
+        output_wait: float,
+    ) -> None:
+        # refused when the DAG is parsed, naming the argument; the connection's values at run time
+        OutputSettings(output_uri, output_cluster_path, output_tail_lines, output_tail_bytes, output_wait)
+        self.output_uri = output_uri
+        self.output_cluster_path = output_cluster_path
+        self.output_tail_lines = output_tail_lines
+        self.output_tail_bytes = output_tail_bytes
+        self.output_wait = output_wait
+
+    @cached_property
+    def output_settings(self) -> OutputSettings:
+        """The output arguments over the connection's ``output_uri`` and ``output_cluster_path``."""
+        return self.hook.output_settings(
+            uri=self.output_uri,
+            cluster_path=self.output_cluster_path,
+            tail_lines=self.output_tail_lines,
+            tail_bytes=self.output_tail_bytes,
+            wait=self.output_wait,
+        )
+
+    def report_job_end(self: ReportingSlurmTask, context: Context, status: JobStatus) -> str:
+        """Log what the finished job used and the end of its output; push XCom ``usage``.
+
+        Runs in the worker (a trigger's log is a separate file that remote log handlers can miss).
+        Returns the end of a failed job's error output for the task's failure message, else "".
+        Nothing read here changes the task's outcome.
+        """
+        ti = context["ti"]
+        try:
+            usage = self.hook.get_job_usage(status.job_id)
+            if usage is None:
+                self.log.info("No accounting record of Slurm job %s: its usage is unknown", status.job_id)
+            else:
+                self.log.info("%s", usage.describe())
+                ti.xcom_push(key="usage", value=usage.to_dict())
+            tails = self.hook.read_job_output(status.job_id, self.output_settings)
+        except Exception as error:  # the job's outcome is known: a report that fails must not change it
+            self.log.warning("Cannot report the output and usage of Slurm job %s: %s", status.job_id, error)
+            return ""
+        for tail in tails:
+            self.log.info("%s", tail.frame())
+        push_output_link(context, next((tail.location for tail in tails if tail.size is not None), None))
+        return "" if status.is_success else error_excerpt(tails)
 
     @property
     def hook_kwargs(self) -> dict[str, Any]:
@@ -122,6 +199,15 @@ class SlurmTaskMixin:
             ),
             method_name="execute_complete",
         )
+
+
+def push_output_link(context: Context, location: str | None) -> None:
+    """Give the task's "Slurm job output" link the Cloud console page of a ``gs://`` location."""
+    url = console_url(location) if location else None
+    if url:
+        from airflow_provider_slurmapi.operators.links import SlurmJobOutputLink
+
+        context["ti"].xcom_push(key=SlurmJobOutputLink.key, value=url)
 
 
 def check_positive(name: str, value: float | None, *, optional: bool = False) -> None:

@@ -82,6 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slurm-user", default=_env("SLURM_USER"), help="sent as X-SLURM-USER-NAME")
     # a token on the command line shows up in ps: prefer the environment variable
     p.add_argument("--slurm-token", default=_env("SLURM_TOKEN"), help="Slurm JWT sent as X-SLURM-USER-TOKEN")
+    p.add_argument(
+        "--output-mount",
+        default=_env("OUTPUT_MOUNT"),
+        help="/cluster/dir=gs://bucket/prefix: a finished job's output under the directory is uploaded to "
+        "the bucket of the Cloud Storage stand-in at --storage-host, as Cloud Storage FUSE would",
+    )
+    p.add_argument(
+        "--storage-host",
+        default=_env("STORAGE_HOST", os.environ.get("STORAGE_EMULATOR_HOST")),
+        help="URL of a Cloud Storage stand-in (default $STORAGE_EMULATOR_HOST), e.g. http://127.0.0.1:9023",
+    )
+    p.add_argument("--cluster-root", default=_env("CLUSTER_ROOT", "/"), help="where the cluster's / is here")
     _add_fault_arguments(p)
     return p
 
@@ -185,6 +197,9 @@ def config_from_args(argv: Sequence[str] | None = None) -> EmulatorConfig:
             slurm_token=args.slurm_token,
             faults=_fault_plan(args),
             fault_script=load_script(args.fault_script) if args.fault_script else (),
+            output_mount=args.output_mount,
+            storage_host=args.storage_host,
+            cluster_root=args.cluster_root,
         )
     except ValueError as exc:  # e.g. a backend or URL given by environment variable, which argparse does not check
         parser.error(str(exc))
@@ -203,6 +218,9 @@ def describe(emu: Emulator) -> list[str]:
         lines.append(f"Backend: {emu.config.backend}")
     for project, region, cluster in emu.config.clusters:
         lines.append(f"Cluster: project={project} region={region} cluster={cluster}")
+    mount = emu.config.mount()
+    if mount:
+        lines.append(f"Output mount: {mount.cluster_dir} -> {mount.uri} at {mount.storage_host}")
     if emu.config.faults is not None:
         lines.append(f"Faults: {emu.config.faults.summary()}")
     if emu.config.fault_script:

@@ -17,6 +17,7 @@ from airflow_provider_slurmapi.emulator import auth
 from airflow_provider_slurmapi.emulator.backend_api import SlurmBackend
 from airflow_provider_slurmapi.emulator.builtin import BuiltinBackend
 from airflow_provider_slurmapi.emulator.faults import FaultInjector, FaultPlan, ScriptedFault
+from airflow_provider_slurmapi.emulator.output_mount import MountingBackend, OutputMount
 from airflow_provider_slurmapi.emulator.request_log import RequestLog
 from airflow_provider_slurmapi.emulator.server import ClusterKey, ServerState, make_app
 from airflow_provider_slurmapi.emulator.slurmrestd import SlurmrestdBackend
@@ -48,6 +49,11 @@ class EmulatorConfig:
     slurm_token: str | None = field(default=None, repr=False)  # X-SLURM-USER-TOKEN, a Slurm JWT
     faults: FaultPlan | None = None  # random faults for the whole run (Emulator.faults changes them later)
     fault_script: tuple[ScriptedFault, ...] = ()  # faults for chosen calls, in order
+    # "/cluster/dir=gs://bucket/prefix": finished jobs' output under the directory goes to the bucket
+    # of the Cloud Storage stand-in at storage_host, as Cloud Storage FUSE would (output_mount.py)
+    output_mount: str | None = None
+    storage_host: str | None = None
+    cluster_root: str = "/"  # where the cluster's / is on this machine (a real Slurm's chroot)
 
     def __post_init__(self) -> None:
         if self.reply_shape not in ("structured", "body"):
@@ -64,6 +70,13 @@ class EmulatorConfig:
             if not str(self.slurmrestd_url).startswith(("http://", "https://")):
                 raise ValueError(f"slurmrestd_url must be an http(s) URL, not {self.slurmrestd_url!r}")
         self._check_faults()
+        if self.output_mount:
+            self.mount()  # refuses a bad mount or storage URL now
+
+    def mount(self) -> OutputMount | None:
+        if not self.output_mount:
+            return None
+        return OutputMount.parse(self.output_mount, self.storage_host or "", self.cluster_root)
 
     def _check_faults(self) -> None:
         if self.faults is not None and not isinstance(self.faults, FaultPlan):
@@ -76,6 +89,12 @@ class EmulatorConfig:
 
 def make_backend(config: EmulatorConfig, key: ClusterKey, state_dir: Path) -> SlurmBackend:
     """The backend that answers for cluster ``key``, as ``config.backend`` chooses."""
+    backend = _make_slurm(config, key, state_dir)
+    mount = config.mount()
+    return MountingBackend(backend, mount) if mount else backend
+
+
+def _make_slurm(config: EmulatorConfig, key: ClusterKey, state_dir: Path) -> SlurmBackend:
     if config.backend == "slurmrestd":
         # every cluster forwards to the same slurmrestd; __post_init__ made sure these are set
         assert config.slurmrestd_url and config.slurm_user and config.slurm_token

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
@@ -21,10 +22,12 @@ from airflow_provider_slurmapi.client.aio import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.client.cluster import ClusterRef
 from airflow_provider_slurmapi.client.errors import InvalidArgumentError, JobNotFoundError, SlurmJobApiError
 from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.client.output import OutputSettings, OutputTail, output_files
 from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION, validate_api_version
 from airflow_provider_slurmapi.client.retry import RetryPolicy
 from airflow_provider_slurmapi.client.submission import Submission
 from airflow_provider_slurmapi.client.sync import SlurmJobApiClient
+from airflow_provider_slurmapi.client.usage import JobUsage
 from airflow_provider_slurmapi.client.wait_policy import LOST_JOB_GRACE, JobWaitPolicy
 from airflow_provider_slurmapi.get_provider_info import CONN_TYPE, DEFAULT_CONN_ID
 
@@ -162,6 +165,63 @@ class SlurmJobApiHook(GoogleBaseHook):
     def cancel_job(self, job_id: str | int, signal: str | int | None = None) -> bool:
         """Cancel (or signal) a job. True if it was active; False if it had already finished."""
         return self.client.cancel_job(job_id, signal)
+
+    def job_records(self, job_id: str | int) -> tuple[str, list[dict[str, Any]]]:
+        """The job's raw records (one per array task): ``("slurmdb", records)`` from accounting, or
+        ``("slurm", records)`` from the live queue where accounting has none or cannot be read."""
+        job_id = str(job_id)
+        try:
+            records = self.call("GET", self.client.paths.accounting_job(job_id)).get("jobs") or []
+            if records:
+                return "slurmdb", records
+        except SlurmJobApiError as error:
+            self.log.info("Accounting cannot tell about Slurm job %s: %s", job_id, error)
+        try:
+            return "slurm", self.call("GET", self.client.paths.job(job_id)).get("jobs") or []
+        except SlurmJobApiError as error:
+            self.log.info("The live queue cannot tell about Slurm job %s: %s", job_id, error)
+            return "slurm", []
+
+    def get_job_usage(self, job_id: str | int) -> JobUsage | None:
+        """Elapsed time, allocated TRES and GPU-hours from accounting; None without accounting."""
+        source, records = self.job_records(job_id)
+        return JobUsage.from_accounting(str(job_id), records) if source == "slurmdb" else None
+
+    def output_settings(self, **overrides: Any) -> OutputSettings:
+        """The connection's ``output_uri`` and ``output_cluster_path``, then ``overrides`` (``uri``,
+        ``cluster_path``, ``tail_lines``, ``tail_bytes``, ``wait``) where not None; validated."""
+        connection = OutputSettings(
+            uri=self._get_field("output_uri") or None, cluster_path=self._get_field("output_cluster_path") or None
+        )
+        return replace(connection, **{name: value for name, value in overrides.items() if value is not None})
+
+    def read_job_output(
+        self, job_id: str | int, settings: OutputSettings | None = None, **overrides: Any
+    ) -> list[OutputTail]:
+        """The last lines of the job's stdout and stderr (the failed array tasks' first).
+
+        ``settings`` default to the connection's (see ``output_settings``, which ``overrides``
+        feed). A file Airflow cannot read, a missing object or a refused read becomes the tail's
+        ``problem``; this never raises for them.
+        """
+        from airflow_provider_slurmapi.hooks.output_reader import OutputReader
+
+        settings = settings or self.output_settings(**overrides)
+        source, records = self.job_records(job_id)
+        reader = OutputReader(settings, gcs_hook=self._gcs_hook, principal=self._principal)
+        return reader.tails(output_files(records, source=source))
+
+    def _gcs_hook(self) -> Any:
+        from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+        return GCSHook(gcp_conn_id=self.slurm_conn_id, impersonation_chain=self.impersonation_chain)
+
+    def _principal(self) -> str:
+        chain = self.impersonation_chain
+        if chain:
+            return chain if isinstance(chain, str) else chain[-1]
+        email = getattr(self.get_credentials(), "service_account_email", None)
+        return email if isinstance(email, str) and "@" in email else "the connection's principal"
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """Any other Slurm REST call, e.g. ``call("GET", "/slurm/v0.0.42/nodes")``."""

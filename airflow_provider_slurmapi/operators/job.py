@@ -12,13 +12,22 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException, BaseOperator, conf
 
 from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.client.output import (
+    DEFAULT_OUTPUT_WAIT,
+    DEFAULT_TAIL_BYTES,
+    DEFAULT_TAIL_LINES,
+    OutputSettings,
+    expand_pattern,
+)
 from airflow_provider_slurmapi.client.submission import Outcome, submission_key
 from airflow_provider_slurmapi.client.wait_policy import LOST_JOB_GRACE
 from airflow_provider_slurmapi.get_provider_info import DEFAULT_CONN_ID
+from airflow_provider_slurmapi.operators.links import SlurmJobOutputLink
 from airflow_provider_slurmapi.slurm_task import (
     CONNECTION_TEMPLATE_FIELDS,
     SlurmTaskMixin,
     check_positive,
+    push_output_link,
     status_from_event,
 )
 
@@ -58,6 +67,28 @@ def mask_environment(job: dict[str, Any]) -> None:
             mask_secret(value)
 
 
+def with_output_paths(job: dict[str, Any], settings: OutputSettings, ti: Any, log: Any) -> dict[str, Any]:
+    """The job description with a per-try ``standard_output`` / ``standard_error`` under
+    ``output_cluster_path``, when output is readable and the description sets neither."""
+    if not settings.readable:
+        return job
+    given = [job.get(name) for name in ("standard_output", "standard_error") if job.get(name)]
+    if not given:
+        out, err = settings.per_try_paths(
+            ti.dag_id, ti.run_id, ti.task_id, getattr(ti, "map_index", -1), ti.try_number, array="array" in job
+        )
+        return {**job, "standard_output": out, "standard_error": err}
+    for path in given:
+        if not settings.is_under_cluster_path(str(path)):
+            log.warning(
+                "standard_output/standard_error %s is not under output_cluster_path %s: "
+                "Airflow will not be able to show this job's output",
+                path,
+                settings.cluster_path,
+            )
+    return job
+
+
 class SlurmSubmitJobOperator(SlurmTaskMixin, BaseOperator):
     """Submit a Slurm batch job through the Slurm Job API and, by default, wait for it to finish.
 
@@ -93,12 +124,22 @@ class SlurmSubmitJobOperator(SlurmTaskMixin, BaseOperator):
         again when a user cleared the task; ``"always"`` always takes it; ``"never"`` always runs
         the job again. A job still pending or running is always reattached, never submitted twice;
         a failed or cancelled one is always submitted anew.
+    :param output_uri: where Airflow reads job output, ``gs://bucket/prefix`` or ``file:///path``;
+        overrides the connection's. See "Job output and usage".
+    :param output_cluster_path: the absolute path where the cluster's nodes see ``output_uri``;
+        overrides the connection's. With both set and no ``standard_output`` / ``standard_error``
+        in ``job``, each try writes its output under
+        ``{output_cluster_path}/{dag}/{run}/{task}[.{map index}]/try-{n}/{job ID}.out`` / ``.err``.
+    :param output_tail_lines: last lines of stdout and of stderr shown in the task log (1-10000).
+    :param output_tail_bytes: at most this many bytes read from the end of each file (1 KiB-16 MiB).
+    :param output_wait: seconds to wait for the output to appear after the job ends (0-600).
     """
 
     template_fields: Sequence[str] = ("job", "script", *CONNECTION_TEMPLATE_FIELDS)
     template_ext: Sequence[str] = (".sh", ".sbatch", ".bash")
     template_fields_renderers = {"job": "json", "script": "bash"}
     ui_color = "#c7e3f4"
+    operator_extra_links = (SlurmJobOutputLink(),)
 
     def __init__(
         self,
@@ -121,9 +162,15 @@ class SlurmSubmitJobOperator(SlurmTaskMixin, BaseOperator):
         reuse_completed_job: str = "on_retry",
         shared_polling: bool = True,
         lost_grace: float = LOST_JOB_GRACE,
+        output_uri: str | None = None,
+        output_cluster_path: str | None = None,
+        output_tail_lines: int = DEFAULT_TAIL_LINES,
+        output_tail_bytes: int = DEFAULT_TAIL_BYTES,
+        output_wait: float = DEFAULT_OUTPUT_WAIT,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.set_output_arguments(output_uri, output_cluster_path, output_tail_lines, output_tail_bytes, output_wait)
         if reuse_completed_job not in REUSE_COMPLETED_JOB:
             allowed = ", ".join(repr(v) for v in REUSE_COMPLETED_JOB)
             raise ValueError(f"reuse_completed_job must be one of {allowed}, got {reuse_completed_job!r}")
@@ -161,8 +208,9 @@ class SlurmSubmitJobOperator(SlurmTaskMixin, BaseOperator):
         mask_environment(self.job)
         key = submission_key(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
         store = context.get("task_state_store")  # Airflow 3.3+
+        job = with_output_paths({"name": ti.task_id, **self.job}, self.output_settings, ti, self.log)
         submission = self.hook.submit_once(
-            {"name": ti.task_id, **self.job},
+            job,
             self.script,
             key,
             known_job_id=store.get(STATE_STORE_KEY) if store is not None else None,
@@ -180,6 +228,10 @@ class SlurmSubmitJobOperator(SlurmTaskMixin, BaseOperator):
             key,
         )
         ti.xcom_push(key="job_id", value=self.job_id)
+        if "array" not in job and job.get("standard_output"):  # the link works while the job runs
+            push_output_link(
+                context, self.output_settings.location_of(expand_pattern(job["standard_output"], job_id=self.job_id))
+            )
         if submission.status is not None and submission.outcome == Outcome.ADOPTED:
             return self._finish(context, submission.status)
         if not self.wait_for_completion:
@@ -214,8 +266,9 @@ class SlurmSubmitJobOperator(SlurmTaskMixin, BaseOperator):
         ti.xcom_push(key="job_state", value=status.state)
         exit_code = status.effective_exit_code
         ti.xcom_push(key="exit_code", value=exit_code.return_code if exit_code else None)
+        output = self.report_job_end(context, status)
         if not status.is_success:
-            raise AirflowException(f"{status.describe()}")
+            raise AirflowException(f"{status.describe()}{output}")
         self.log.info("%s", status.describe())
         return status.job_id
 

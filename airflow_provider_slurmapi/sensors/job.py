@@ -9,8 +9,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException, AirflowSensorTimeout, BaseSensorOperator, conf
 
 from airflow_provider_slurmapi.client.errors import JobLostError, UnknownJobStateError
+from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.client.output import DEFAULT_OUTPUT_WAIT, DEFAULT_TAIL_BYTES, DEFAULT_TAIL_LINES
 from airflow_provider_slurmapi.client.wait_policy import LOST_JOB_GRACE, JobWaitPolicy, Verdict
 from airflow_provider_slurmapi.get_provider_info import DEFAULT_CONN_ID
+from airflow_provider_slurmapi.operators.links import SlurmJobOutputLink
 from airflow_provider_slurmapi.slurm_task import (
     CONNECTION_TEMPLATE_FIELDS,
     SlurmTaskMixin,
@@ -38,10 +41,17 @@ class SlurmJobSensor(SlurmTaskMixin, BaseSensorOperator):
         In ``mode="reschedule"`` the time the job went missing is kept across reschedules in
         Airflow 3.3+'s task state store; older Airflow keeps nothing between reschedules, so
         there a poke that finds the job missing waits out the grace itself.
+    :param output_uri: where Airflow reads job output; overrides the connection's.
+    :param output_cluster_path: where the cluster's nodes see ``output_uri``; overrides the connection's.
+        With both set, the task log shows the end of the job's output once it has finished.
+    :param output_tail_lines: last lines of stdout and of stderr shown in the task log.
+    :param output_tail_bytes: at most this many bytes read from the end of each file.
+    :param output_wait: seconds to wait for the output to appear after the job ends.
     """
 
     template_fields: Sequence[str] = ("job_id", *CONNECTION_TEMPLATE_FIELDS)
     ui_color = "#c7f4d6"
+    operator_extra_links = (SlurmJobOutputLink(),)
 
     def __init__(
         self,
@@ -58,9 +68,15 @@ class SlurmJobSensor(SlurmTaskMixin, BaseSensorOperator):
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         shared_polling: bool = True,
         lost_grace: float = LOST_JOB_GRACE,
+        output_uri: str | None = None,
+        output_cluster_path: str | None = None,
+        output_tail_lines: int = DEFAULT_TAIL_LINES,
+        output_tail_bytes: int = DEFAULT_TAIL_BYTES,
+        output_wait: float = DEFAULT_OUTPUT_WAIT,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.set_output_arguments(output_uri, output_cluster_path, output_tail_lines, output_tail_bytes, output_wait)
         check_positive("lost_grace", lost_grace)
         self.job_id = job_id
         self.set_connection_arguments(
@@ -92,9 +108,13 @@ class SlurmJobSensor(SlurmTaskMixin, BaseSensorOperator):
         self.log.info("%s", verdict.status.describe())
         if not verdict.finished:
             return False
-        if not verdict.status.is_success:
-            raise AirflowException(verdict.status.describe())
+        self._finish(context, verdict.status)
         return True
+
+    def _finish(self, context: Context, status: JobStatus) -> None:
+        output = self.report_job_end(context, status)
+        if not status.is_success:
+            raise AirflowException(f"{status.describe()}{output}")
 
     def _judge_next_read(self, context: Context) -> Verdict:
         store = context.get("task_state_store")  # Airflow 3.3+
@@ -130,6 +150,5 @@ class SlurmJobSensor(SlurmTaskMixin, BaseSensorOperator):
         if event and event.get("status") == "timeout":
             raise AirflowSensorTimeout(f"{event.get('message')} (sensor timeout {self.timeout} s)")
         status = status_from_event(event)
-        if not status.is_success:
-            raise AirflowException(status.describe())
         self.log.info("%s", status.describe())
+        self._finish(context, status)

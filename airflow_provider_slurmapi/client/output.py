@@ -1,0 +1,230 @@
+"""Where a job's output goes, where Airflow reads it, and how its last lines are shown.
+
+slurmrestd returns paths, never file contents. A job writes its output under a directory that the
+cluster's nodes mount (``output_cluster_path``, e.g. a bucket mounted through Cloud Storage FUSE);
+Airflow reads the same files at ``output_uri`` (``gs://bucket/prefix`` or ``file:///shared``).
+This module only maps paths and cuts text: no I/O, no clock, no Airflow import.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from airflow_provider_slurmapi.client.jobs import JobStatus
+
+OUTPUT_SCHEMES = ("gs", "file")
+DEFAULT_TAIL_LINES = 100
+DEFAULT_TAIL_BYTES = 64 * 1024
+DEFAULT_OUTPUT_WAIT = 30.0
+TAIL_LINES_RANGE = (1, 10_000)
+TAIL_BYTES_RANGE = (1024, 16 * 1024 * 1024)
+OUTPUT_WAIT_RANGE = (0.0, 600.0)
+MAX_STEM = 200  # a file name has at most 255 bytes; the try, job ID and suffix fit in the rest
+
+# Characters kept from Airflow names in an output path; anything else becomes "_".
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")
+
+
+def _check_range(name: str, value: Any, bounds: tuple[float, float], kind: type) -> None:
+    low, high = bounds
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or (kind is int and not isinstance(value, int)) or not low <= value <= high:
+        what = "an integer" if kind is int else "a number of seconds"
+        raise ValueError(f"{name} must be {what} from {low} to {high}, got {value!r}")
+
+
+def safe_segment(value: object) -> str:
+    """One path segment from an Airflow name: unsafe characters replaced, never empty or a dot name."""
+    text = _UNSAFE.sub("_", str(value))
+    return text if text.strip(".") else text.replace(".", "_") or "_"
+
+
+@dataclass(frozen=True)
+class OutputSettings:
+    """The two locations of a job's output, and how much of it a task shows.
+
+    :param uri: where Airflow reads the output: ``gs://bucket[/prefix]`` or ``file:///path``.
+    :param cluster_path: where the cluster's nodes see that same location (an absolute path).
+    :param tail_lines: last lines of stdout and of stderr shown in the task log.
+    :param tail_bytes: at most this many bytes read from the end of each file.
+    :param wait: seconds to wait for the output to appear after the job ends.
+    """
+
+    uri: str | None = None
+    cluster_path: str | None = None
+    tail_lines: int = DEFAULT_TAIL_LINES
+    tail_bytes: int = DEFAULT_TAIL_BYTES
+    wait: float = DEFAULT_OUTPUT_WAIT
+
+    def __post_init__(self) -> None:
+        if self.uri:
+            parts = urlsplit(self.uri)
+            if parts.scheme not in OUTPUT_SCHEMES:
+                raise ValueError(f"output_uri must start with gs:// or file://, got {self.uri!r}")
+            if parts.scheme == "gs" and not parts.netloc:
+                raise ValueError(f"output_uri must name a bucket (gs://bucket/prefix), got {self.uri!r}")
+            if parts.scheme == "file" and (parts.netloc or not parts.path.startswith("/")):
+                raise ValueError(f"output_uri must be an absolute file:///path, got {self.uri!r}")
+        if self.cluster_path and not posixpath.isabs(self.cluster_path):
+            raise ValueError(f"output_cluster_path must be an absolute path, got {self.cluster_path!r}")
+        _check_range("output_tail_lines", self.tail_lines, TAIL_LINES_RANGE, int)
+        _check_range("output_tail_bytes", self.tail_bytes, TAIL_BYTES_RANGE, int)
+        _check_range("output_wait", self.wait, OUTPUT_WAIT_RANGE, float)
+
+    @property
+    def readable(self) -> bool:
+        """Whether Airflow can map the cluster's paths to locations it reads."""
+        return bool(self.uri and self.cluster_path)
+
+    def per_try_paths(
+        self, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int, *, array: bool
+    ) -> tuple[str, str]:
+        """``standard_output`` and ``standard_error`` of one try, directly in ``cluster_path``.
+
+        One flat name (``{dag}__{run}__{task}[__{map index}]__try{n}__{job}.out``): Slurm does not
+        create directories, and a job whose output directory is missing fails before it starts.
+        """
+        if not self.cluster_path:
+            raise ValueError("output_cluster_path is not set")
+        parts = [dag_id, run_id, task_id] + ([str(map_index)] if map_index is not None and map_index >= 0 else [])
+        stem = "__".join(safe_segment(part) for part in parts)[:MAX_STEM] + f"__try{int(try_number)}__"
+        stem += "%A_%a" if array else "%j"
+        return posixpath.join(self.cluster_path, f"{stem}.out"), posixpath.join(self.cluster_path, f"{stem}.err")
+
+    def is_under_cluster_path(self, path: str) -> bool:
+        if not self.cluster_path:
+            return False
+        root = posixpath.normpath(self.cluster_path)
+        return posixpath.normpath(path).startswith(root.rstrip("/") + "/")
+
+    def location_of(self, cluster_file: str) -> str | None:
+        """The ``output_uri`` location of a file the job wrote, or None if Airflow cannot read it."""
+        if not (self.readable and cluster_file and self.is_under_cluster_path(cluster_file)):
+            return None
+        root = posixpath.normpath(str(self.cluster_path))
+        relative = posixpath.relpath(posixpath.normpath(cluster_file), root)
+        return f"{str(self.uri).rstrip('/')}/{relative}"
+
+
+def console_url(uri: str) -> str | None:
+    """The Cloud console page of a ``gs://`` object; None for other locations."""
+    parts = urlsplit(uri)
+    if parts.scheme != "gs" or not parts.netloc:
+        return None
+    return f"https://console.cloud.google.com/storage/browser/_details/{parts.netloc}/{quote(parts.path.lstrip('/'))}"
+
+
+def expand_pattern(
+    pattern: str, *, job_id: str, array_job_id: str = "", array_task_id: str = "", name: str = ""
+) -> str:
+    """Fill in the filename patterns a reply may leave unexpanded (``%j``, ``%A``, ``%a``, ``%x``, ``%%``)."""
+    values = {"j": job_id, "A": array_job_id or job_id, "a": array_task_id, "x": name, "%": "%"}
+    return re.sub(r"%([jAax%])", lambda match: values[match.group(1)] or match.group(0), pattern)
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    """One output file of a job, as its accounting (or live) record names it."""
+
+    job_id: str
+    stream: str  # "stdout", "stderr", or "stdout+stderr" when both go to one file
+    cluster_path: str
+    failed: bool = False  # the job (or array task) that wrote it did not succeed
+
+
+def output_files(records: list[dict[str, Any]], *, source: str) -> list[OutputFile]:
+    """The output files the records name (one record per array task), the failed tasks' first.
+
+    ``source``: "slurmdb" (accounting: ``stdout_expanded``) or "slurm" (live: ``standard_output``).
+    """
+    files = []
+    for record in records:
+        status = JobStatus.from_slurmdb(record) if source == "slurmdb" else JobStatus.from_slurm(record)
+        if source == "slurmdb":
+            out, err = str(record.get("stdout_expanded") or ""), str(record.get("stderr_expanded") or "")
+        else:
+            array = (
+                str(record.get("array_job_id", {}).get("number", "") or "")
+                if isinstance(record.get("array_job_id"), dict)
+                else ""
+            )
+            task = record.get("array_task_id")
+            task_id = str(task.get("number")) if isinstance(task, dict) and task.get("set") else ""
+            fill = {
+                "job_id": str(record.get("job_id", "")),
+                "array_job_id": array if task_id else "",
+                "array_task_id": task_id,
+                "name": str(record.get("name") or ""),
+            }
+            out = expand_pattern(str(record.get("standard_output") or ""), **fill)
+            err = expand_pattern(str(record.get("standard_error") or ""), **fill)
+        failed = status.is_finished and not status.is_success
+        if out and (not err or err == out):
+            files.append(OutputFile(status.job_id, "stdout+stderr", out, failed))
+            continue
+        files += [
+            OutputFile(status.job_id, name, path, failed) for name, path in (("stdout", out), ("stderr", err)) if path
+        ]
+    return sorted(files, key=lambda file: not file.failed)  # stable: the records' order otherwise
+
+
+@dataclass(frozen=True)
+class OutputTail:
+    """The last lines of one output file, or why they could not be read."""
+
+    job_id: str
+    stream: str  # "stdout", "stderr", or "stdout+stderr" when both went to one file
+    location: str  # where Airflow read it, or the path on the cluster when it cannot
+    text: str = ""
+    size: int | None = None  # bytes in the whole file
+    problem: str | None = None  # why nothing (or not everything) could be shown
+
+    def frame(self) -> str:
+        """A block for the task log that names the whole file's location."""
+        title = f"Slurm job {self.job_id} {self.stream}"
+        if self.problem and not self.text:
+            return f"{title}: {self.problem}"
+        lines = self.text.splitlines()
+        size = f", {_size(self.size)} in all" if self.size is not None else ""
+        count = f"{len(lines)} line" + ("" if len(lines) == 1 else "s")
+        head = f"----- {title}: last {count} of {self.location}{size} -----"
+        note = f"\n(note: {self.problem})" if self.problem else ""
+        return f"{head}\n{self.text.rstrip(chr(10))}\n----- end of {title} -----{note}"
+
+
+def _size(count: int | None) -> str:
+    value = float(count or 0)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value)} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def last_lines(data: bytes, *, lines: int, started_mid_file: bool) -> tuple[str, str | None]:
+    """The last ``lines`` lines of ``data``, decoded, and a note when some bytes were not text.
+
+    A read that began inside the file drops its first, partial line.
+    """
+    if started_mid_file:
+        _, newline, rest = data.partition(b"\n")
+        data = rest if newline else data
+    text = data.decode("utf-8", errors="replace")
+    undecodable = text.count("\ufffd") - data.decode("utf-8", errors="ignore").count("\ufffd")
+    kept = text.splitlines()[-lines:]
+    note = f"{undecodable} bytes that are not UTF-8 shown as \ufffd" if undecodable else None
+    return "\n".join(kept), note
+
+
+def error_excerpt(tails: list[OutputTail], *, lines: int = 20) -> str:
+    """The end of a failed job's error stream, for the task's failure message ("" if none)."""
+    for stream in ("stderr", "stdout+stderr", "stdout"):
+        for tail in tails:
+            if tail.stream == stream and tail.text.strip():
+                kept = "\n".join(tail.text.rstrip("\n").splitlines()[-lines:])
+                return f"\nLast lines of {tail.stream} of job {tail.job_id} ({tail.location}):\n{kept}"
+    return ""

@@ -1,0 +1,174 @@
+"""The emulator's Cloud Storage FUSE: a finished job's output files under a cluster directory land in
+a bucket of a Cloud Storage stand-in (``gcp-storage-emulator``), as gcsfuse makes a file an
+object when the job closes it.
+
+It watches the replies the backend gives (either backend): the first time a reply shows a job
+finished, its ``standard_output`` / ``standard_error`` (or accounting's ``stdout_expanded`` /
+``stderr_expanded``) under the mounted directory are uploaded, before the reply goes out, so a
+reader that saw the job end finds its output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from airflow_provider_slurmapi.emulator.backend_api import SlurmAnswer, SlurmBackend, SlurmRequest
+
+log = logging.getLogger(__name__)
+
+_ENDED = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+}
+
+
+@dataclass(frozen=True)
+class OutputMount:
+    """``cluster_dir`` on the cluster's nodes is ``gs://bucket/prefix`` in the stand-in at ``storage_host``.
+
+    :param cluster_root: where the cluster's ``/`` is on this machine (a real Slurm's chroot), "/" for
+        the built-in backend, whose jobs run here.
+    """
+
+    cluster_dir: str
+    uri: str
+    storage_host: str
+    cluster_root: str = "/"
+
+    @classmethod
+    def parse(cls, spec: str, storage_host: str, cluster_root: str = "/") -> OutputMount:
+        """``/cluster/dir=gs://bucket/prefix``."""
+        cluster_dir, sep, uri = spec.partition("=")
+        parts = urlsplit(uri)
+        if not sep or not posixpath.isabs(cluster_dir) or parts.scheme != "gs" or not parts.netloc:
+            raise ValueError(f"output mount must be /cluster/dir=gs://bucket[/prefix], got {spec!r}")
+        if not storage_host.startswith(("http://", "https://")):
+            raise ValueError(f"the storage stand-in's URL must be http(s)://host:port, got {storage_host!r}")
+        return cls(posixpath.normpath(cluster_dir), uri.rstrip("/"), storage_host, cluster_root)
+
+    def object_of(self, cluster_path: str) -> tuple[str, str] | None:
+        """(bucket, object name) of a file under the mounted directory, else None."""
+        path = posixpath.normpath(cluster_path)
+        if not path.startswith(self.cluster_dir.rstrip("/") + "/"):
+            return None
+        parts = urlsplit(self.uri)
+        prefix = parts.path.strip("/")
+        relative = posixpath.relpath(path, self.cluster_dir)
+        return parts.netloc, f"{prefix}/{relative}" if prefix else relative
+
+    def local_path(self, cluster_path: str) -> str:
+        return os.path.join(self.cluster_root, cluster_path.lstrip("/"))
+
+
+class MountingBackend(SlurmBackend):
+    """Any backend, with its finished jobs' output published through an :class:`OutputMount`."""
+
+    def __init__(self, inner: SlurmBackend, mount: OutputMount) -> None:
+        self.inner = inner
+        self.mount = mount
+        self._published: dict[str, tuple[int, float]] = {}  # local path -> (size, mtime) uploaded
+        self._client: Any = None
+
+    def __getattr__(self, name: str) -> Any:  # the builtin backend's own controls (jobs, scheduler...)
+        return getattr(self.inner, name)
+
+    def is_known_path(self, path: str) -> bool:
+        return self.inner.is_known_path(path)
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def handle(self, request: SlurmRequest) -> SlurmAnswer:
+        status, reply = await self.inner.handle(request)
+        if request.method == "GET" and isinstance(reply, dict):
+            files = [path for job in reply.get("jobs") or [] if isinstance(job, dict) for path in _ended_outputs(job)]
+            if files:
+                await asyncio.to_thread(self.publish, files)
+        return status, reply
+
+    def publish(self, cluster_paths: list[str]) -> None:
+        """Upload each file that is under the mount and new or changed since its last upload."""
+        for cluster_path in dict.fromkeys(cluster_paths):
+            target = self.mount.object_of(cluster_path)
+            local = self.mount.local_path(cluster_path)
+            try:
+                stat = os.stat(local)
+            except OSError:
+                continue  # never written (a job cancelled while pending)
+            if target is None or self._published.get(local) == (stat.st_size, stat.st_mtime):
+                continue
+            bucket, name = target
+            try:
+                self._bucket(bucket).blob(name).upload_from_filename(local)
+            except Exception as error:  # the stand-in down: the reader will say the object is missing
+                log.warning("could not publish %s to gs://%s/%s: %s", local, bucket, name, error)
+                continue
+            self._published[local] = (stat.st_size, stat.st_mtime)
+            log.info("published %s as gs://%s/%s", cluster_path, bucket, name)
+
+    def _bucket(self, name: str) -> Any:
+        from google.api_core.exceptions import Conflict
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        if self._client is None:
+            self._client = storage.Client(
+                project="emulator",
+                credentials=AnonymousCredentials(),
+                client_options={"api_endpoint": self.mount.storage_host},
+            )
+        bucket = self._client.bucket(name)
+        if not bucket.exists():
+            try:
+                self._client.create_bucket(name)
+            except Conflict:
+                pass
+        return bucket
+
+
+def _ended_outputs(job: dict[str, Any]) -> list[str]:
+    """The output files of a job record (/slurm or /slurmdb) that shows the job over, else []."""
+    state = job.get("job_state") if "job_state" in job else (job.get("state") or {}).get("current")
+    states = [state] if isinstance(state, str) else list(state or [])
+    if not states or states[0] not in _ENDED or "COMPLETING" in states[1:]:
+        return []
+    if "stdout_expanded" in job:  # accounting
+        paths = [job.get("stdout_expanded"), job.get("stderr_expanded")]
+    else:
+        paths = [_expand(job.get("standard_output"), job), _expand(job.get("standard_error"), job)]
+    return [str(path) for path in paths if path]
+
+
+def _expand(pattern: Any, job: dict[str, Any]) -> str:
+    """The few filename patterns a live record may still carry (``%j``, ``%A``, ``%a``, ``%x``)."""
+    if not isinstance(pattern, str) or "%" not in pattern:
+        return pattern or ""
+
+    def number(value: Any) -> str:
+        return str(value["number"]) if isinstance(value, dict) and value.get("set") and value.get("number") else ""
+
+    array, task = number(job.get("array_job_id")), number(job.get("array_task_id"))
+    values = {
+        "j": str(job.get("job_id", "")),
+        "A": array or str(job.get("job_id", "")),
+        "a": task,
+        "x": str(job.get("name", "")),
+    }
+    return re.sub(r"%([jAax])", lambda m: values[m.group(1)] or m.group(0), pattern)

@@ -1,0 +1,121 @@
+"""Reads the end of a job's output files from Cloud Storage (through the Google provider's GCSHook)
+or a shared filesystem: one metadata read and one ranged read per file, whatever its size."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from airflow_provider_slurmapi.client.output import OutputFile, OutputSettings, OutputTail, last_lines
+
+
+class OutputNotFound(Exception):
+    """The file is not there (yet)."""
+
+
+class OutputReader:
+    """Reads the last lines of output files; a problem becomes the tail's ``problem``, never an error.
+
+    :param gcs_hook: a factory of the Google provider's ``GCSHook`` (built only for ``gs://``).
+    :param principal: who reads, named in a permission error.
+    """
+
+    def __init__(self, settings: OutputSettings, gcs_hook: Callable[[], Any], principal: Callable[[], str]) -> None:
+        self.settings = settings
+        self._gcs_hook = gcs_hook
+        self._principal = principal
+        self._client: Any = None
+
+    def tails(self, files: list[OutputFile]) -> list[OutputTail]:
+        """The files' last lines: stdout and stderr each within the settings' caps, which an
+        array's tasks share (the failed tasks come first).
+
+        A file not there yet is waited for up to ``settings.wait`` seconds in all (output on a
+        Cloud Storage FUSE mount appears when the job closes it).
+        """
+        deadline = time.monotonic() + self.settings.wait
+        left = {stream: [self.settings.tail_lines, self.settings.tail_bytes] for stream in {f.stream for f in files}}
+        tails = []
+        for file in files:
+            location = self.settings.location_of(file.cluster_path)
+            lines, size = left[file.stream]
+            if location is None:
+                tails.append(self._unreadable(file))
+            elif lines <= 0 or size <= 0:
+                tails.append(OutputTail(file.job_id, file.stream, location, problem="not shown: the caps are used up"))
+            else:
+                tail = self._tail(file, location, lines, size, deadline)
+                left[file.stream] = [lines - len(tail.text.splitlines()), size - len(tail.text.encode())]
+                tails.append(tail)
+        return tails
+
+    def _unreadable(self, file: OutputFile) -> OutputTail:
+        if self.settings.readable:
+            why = f"it is not under output_cluster_path {self.settings.cluster_path}, so Airflow cannot read it"
+        else:
+            why = "Airflow cannot read it: set output_uri and output_cluster_path to see it here"
+        return OutputTail(
+            file.job_id, file.stream, file.cluster_path, problem=f"written to {file.cluster_path} on the cluster; {why}"
+        )
+
+    def _tail(self, file: OutputFile, location: str, lines: int, max_bytes: int, deadline: float) -> OutputTail:
+        while True:
+            try:
+                data, size = self._read_end(location, max_bytes)
+                break
+            except OutputNotFound:
+                if time.monotonic() >= deadline:
+                    waited = f" after waiting {self.settings.wait:g} s" if self.settings.wait else ""
+                    return OutputTail(file.job_id, file.stream, location, problem=f"{location} was not found{waited}")
+                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+            except PermissionError as error:
+                return OutputTail(file.job_id, file.stream, location, problem=str(error))
+            except Exception as error:  # a read that fails must never change the task's outcome
+                problem = f"could not read {location}: {type(error).__name__}: {error}"
+                return OutputTail(file.job_id, file.stream, location, problem=problem)
+        text, note = last_lines(data, lines=lines, started_mid_file=size > len(data))
+        return OutputTail(file.job_id, file.stream, location, text=text, size=size, problem=note)
+
+    def _read_end(self, location: str, max_bytes: int) -> tuple[bytes, int]:
+        """The last ``max_bytes`` of the file and its whole size."""
+        parts = urlsplit(location)
+        if parts.scheme == "file":
+            return _read_file_end(unquote(parts.path), max_bytes)
+        return self._read_object_end(parts.netloc, unquote(parts.path.lstrip("/")), location, max_bytes)
+
+    def _read_object_end(self, bucket: str, name: str, location: str, max_bytes: int) -> tuple[bytes, int]:
+        from google.api_core.exceptions import Forbidden, NotFound
+
+        try:
+            if self._client is None:
+                self._client = self._gcs_hook().get_conn()
+            blob = self._client.bucket(bucket).get_blob(name)  # one metadata read: the size
+            if blob is None:
+                raise OutputNotFound(location)
+            size = int(blob.size or 0)
+            if size == 0:
+                return b"", 0
+            start = max(0, size - max_bytes)
+            return blob.download_as_bytes(start=start, end=size - 1, checksum=None), size  # one ranged read
+        except Forbidden as error:
+            raise PermissionError(
+                f"{self._principal()} may not read {location}: it needs storage.objects.get on bucket {bucket} "
+                f"(e.g. roles/storage.objectViewer); {error.message}"
+            ) from error
+        except NotFound as error:
+            raise OutputNotFound(location) from error
+
+
+def _read_file_end(path: str, max_bytes: int) -> tuple[bytes, int]:
+    try:
+        with open(path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            file.seek(max(0, size - max_bytes))
+            return file.read(max_bytes), size
+    except FileNotFoundError as error:
+        raise OutputNotFound(path) from error
+    except PermissionError as error:
+        raise PermissionError(f"this worker's user may not read {path}: {error.strerror}") from error
