@@ -24,6 +24,7 @@ from airflow_provider_slurmapi.client.output import (
     console_url,
     error_excerpt,
 )
+from airflow_provider_slurmapi.client.usage import JobUsage
 from airflow_provider_slurmapi.client.wait_policy import LOST_JOB_GRACE
 
 if TYPE_CHECKING:
@@ -60,6 +61,9 @@ class ReportingSlurmTask(Protocol):
     @property
     def log(self) -> Any: ...  # a logging.Logger, or a structlog logger in the Task SDK
 
+    final_status: JobStatus | None
+    final_usage: JobUsage | None
+
 
 class SlurmTaskMixin:
     """Connection and cluster arguments, and the hook built from them."""
@@ -79,6 +83,8 @@ class SlurmTaskMixin:
     output_tail_lines: int = DEFAULT_TAIL_LINES
     output_tail_bytes: int = DEFAULT_TAIL_BYTES
     output_wait: float = DEFAULT_OUTPUT_WAIT
+    final_status: JobStatus | None = None  # the finished job, as report_job_end saw it (for lineage)
+    final_usage: JobUsage | None = None
 
     def set_connection_arguments(
         self,
@@ -135,16 +141,19 @@ class SlurmTaskMixin:
         Nothing read here changes the task's outcome.
         """
         ti = context["ti"]
+        self.final_status = status
+        try:  # the job's outcome is known: a report that fails must not change it
+            usage = self.final_usage = self.hook.get_job_usage(status.job_id)
+        except Exception as error:
+            usage = None
+            self.log.warning("Cannot read the usage of Slurm job %s: %s", status.job_id, error)
+        if usage is not None:
+            self.log.info("%s", usage.describe())
+            ti.xcom_push(key="usage", value=usage.to_dict())
         try:
-            usage = self.hook.get_job_usage(status.job_id)
-            if usage is None:
-                self.log.info("No accounting record of Slurm job %s: its usage is unknown", status.job_id)
-            else:
-                self.log.info("%s", usage.describe())
-                ti.xcom_push(key="usage", value=usage.to_dict())
             tails = self.hook.read_job_output(status.job_id, self.output_settings)
-        except Exception as error:  # the job's outcome is known: a report that fails must not change it
-            self.log.warning("Cannot report the output and usage of Slurm job %s: %s", status.job_id, error)
+        except Exception as error:
+            self.log.warning("Cannot read the output of Slurm job %s: %s", status.job_id, error)
             return ""
         for tail in tails:
             self.log.info("%s", tail.frame())

@@ -185,7 +185,10 @@ class SlurmJobApiHook(GoogleBaseHook):
     def get_job_usage(self, job_id: str | int) -> JobUsage | None:
         """Elapsed time, allocated TRES and GPU-hours from accounting; None without accounting."""
         source, records = self.job_records(job_id)
-        return JobUsage.from_accounting(str(job_id), records) if source == "slurmdb" else None
+        if source != "slurmdb":
+            self.log.info("No accounting record of Slurm job %s: its usage is unknown", job_id)
+            return None
+        return JobUsage.from_accounting(str(job_id), records)
 
     def output_settings(self, **overrides: Any) -> OutputSettings:
         """The connection's ``output_uri`` and ``output_cluster_path``, then ``overrides`` (``uri``,
