@@ -111,7 +111,9 @@ def test_a_retry_adopts_a_job_that_completed(slurm_connection: str, emulator: Em
     run.automatic_retry()
     ctx = run.context()
     assert operator("exit 0").execute(ctx) == first
+    usage = ctx["ti"].xcom.pop("usage")
     assert ctx["ti"].xcom == {"job_id": first, "job_state": "COMPLETED", "exit_code": 0}
+    assert usage["job_id"] == first and usage["cpus"] == 1 and usage["nodes"] == 1
     assert jobs_of(emulator, run) == [first]
 
 

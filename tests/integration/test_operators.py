@@ -55,7 +55,9 @@ def wait_until_running(job_id: str) -> None:
 def test_worker_wait_success_pushes_state_and_exit_code(slurm_connection: str) -> None:
     ctx = context()
     job_id = submit_op("exit 0").execute(ctx)
+    usage = ctx["ti"].xcom.pop("usage")
     assert ctx["ti"].xcom == {"job_id": job_id, "job_state": "COMPLETED", "exit_code": 0}
+    assert usage["job_id"] == job_id and usage["cpus"] == 1 and usage["nodes"] == 1
 
 
 def test_worker_wait_failure_names_state_and_exit_code(slurm_connection: str) -> None:

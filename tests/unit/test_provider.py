@@ -37,7 +37,7 @@ def test_connection_type_declares_every_field() -> None:
     assert set(conn["conn-fields"]) == {
         "project_id", "region", "cluster_id", "api_version", "endpoint",
         "key_path", "keyfile_dict", "credential_config_file", "impersonation_chain", "scope",
-        "retry_attempts", "retry_max_seconds",
+        "retry_attempts", "retry_max_seconds", "output_uri", "output_cluster_path",
     }  # fmt: skip
     assert conn["conn-fields"]["api_version"]["schema"]["default"] == "v0.0.42"
     assert conn["conn-fields"]["keyfile_dict"]["schema"]["format"] == "password"
@@ -53,6 +53,14 @@ def test_airflow_cli_lists_provider_hook_and_trigger(tmp_path) -> None:
     assert "airflow-provider-slurmapi" in listed["list"]
     assert "slurm_job_api" in listed["hooks"] and "SlurmJobApiHook" in listed["hooks"]
     assert "airflow_provider_slurmapi.triggers.job" in listed["triggers"]
+
+
+def test_airflow_registers_the_output_link(tmp_path) -> None:
+    """The "Slurm job output" link is a registered extra link of the provider (Airflow refuses unknown ones)."""
+    airflow = str(__import__("pathlib").Path(sys.executable).with_name("airflow"))
+    env = {"AIRFLOW_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    links = subprocess.run([airflow, "providers", "links"], env=env, capture_output=True, text=True).stdout
+    assert "airflow_provider_slurmapi.operators.links.SlurmJobOutputLink" in links
 
 
 def test_airflow_2_form_shows_every_field() -> None:
