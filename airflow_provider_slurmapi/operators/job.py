@@ -282,6 +282,18 @@ class SlurmSubmitJobOperator(SlurmTaskMixin, BaseOperator):
             self.log.info("Task killed: cancelling Slurm job %s", self.job_id)
             self.hook.cancel_job(self.job_id)
 
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:  # an OperatorLineage
+        """The ``slurmJob`` run facet: cluster, job ID, final state, exit code and usage."""
+        from airflow_provider_slurmapi.lineage import task_lineage
+
+        return task_lineage(self, self.job_id)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:  # an OperatorLineage
+        """As on complete; a task that failed before its job ended names what it knew."""
+        from airflow_provider_slurmapi.lineage import task_lineage
+
+        return task_lineage(self, self.job_id)
+
 
 class SlurmCancelJobOperator(SlurmTaskMixin, BaseOperator):
     """Cancel a Slurm job (or send it a signal) and wait until it has stopped.

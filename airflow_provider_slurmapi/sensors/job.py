@@ -152,3 +152,15 @@ class SlurmJobSensor(SlurmTaskMixin, BaseSensorOperator):
         status = status_from_event(event)
         self.log.info("%s", status.describe())
         self._finish(context, status)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:  # an OperatorLineage
+        """The ``slurmJob`` run facet: cluster, job ID, final state, exit code and usage."""
+        from airflow_provider_slurmapi.lineage import task_lineage
+
+        return task_lineage(self, self.job_id)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:  # an OperatorLineage
+        """As on complete; a sensor that failed before the job ended names the job it watched."""
+        from airflow_provider_slurmapi.lineage import task_lineage
+
+        return task_lineage(self, self.job_id)
