@@ -12,46 +12,72 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 from tests.conftest import connection_json
+from tests.storage import BUCKET, storage_stand_in
 
 pytestmark = pytest.mark.system
 
 ROOT = Path(__file__).parents[2]
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+OUTPUT_URI = f"gs://{BUCKET}/airflow"
+
+
+@pytest.fixture(scope="module")
+def storage_host() -> Iterator[str]:
+    with storage_stand_in() as url:
+        yield url
 
 
 @pytest.fixture(scope="module", params=["builtin", pytest.param("slurmrestd", marks=pytest.mark.real_slurm)])
-def emulator(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
-    """The built-in backend, then a real Slurm 24.11 behind the emulator's slurmrestd backend."""
+def emulator(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, storage_host: str
+) -> Iterator[Emulator]:
+    """The built-in backend, then a real Slurm 24.11 behind the emulator's slurmrestd backend.
+
+    Jobs write their output under OUTPUT_MOUNT, which the emulator publishes to the Cloud Storage
+    stand-in as Cloud Storage FUSE would; for real Slurm it is a directory inside the chroot.
+    """
     work = tmp_path_factory.mktemp("emulator")
-    common = {"key_file": work / "key.json", "state_dir": work / "jobs"}
+    common: dict[str, Any] = {"key_file": work / "key.json", "state_dir": work / "jobs", "storage_host": storage_host}
     if request.param == "builtin":
-        config = EmulatorConfig(min_job_age=1.0, kill_wait=1.0, **common)
+        mount = work / "cluster-output"
+        mount.mkdir()
+        config = EmulatorConfig(min_job_age=1.0, kill_wait=1.0, output_mount=f"{mount}={OUTPUT_URI}", **common)
     else:
-        config = request.getfixturevalue("real_slurm").emulator_config(**common)
+        slurm = request.getfixturevalue("real_slurm")
+        mount = Path("/tmp/airflow-job-output")
+        slurm.host_path(str(mount)).mkdir(mode=0o1777, exist_ok=True)
+        slurm.host_path(str(mount)).chmod(0o1777)  # the jobs' user writes here
+        mount_spec = f"{mount}={OUTPUT_URI}"
+        config = slurm.emulator_config(output_mount=mount_spec, cluster_root=str(slurm.chroot), **common)
     with Emulator(config) as emu:
         yield emu
 
 
 @pytest.fixture(scope="module")
 def airflow_env(
-    request: pytest.FixtureRequest, emulator: Emulator, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, emulator: Emulator, tmp_path_factory: pytest.TempPathFactory, storage_host: str
 ) -> dict[str, str]:
     home = tmp_path_factory.mktemp("airflow")
     dags = home / "dags"
     shutil.copytree(ROOT / "example_dags", dags)
     shutil.copy(Path(__file__).parent / "dags" / "test_slurm_modes.py", dags)
+    mount = emulator.config.mount()
+    assert mount is not None
+    output = {"output_uri": OUTPUT_URI, "output_cluster_path": mount.cluster_dir}
     env = {
         **os.environ,
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW_CONN_SLURM_JOB_API_DEFAULT": connection_json(emulator),
+        "AIRFLOW_CONN_SLURM_JOB_API_DEFAULT": connection_json(emulator, **output),
+        "STORAGE_EMULATOR_HOST": storage_host,  # google-cloud-storage talks to the stand-in
         # real Slurm purges finished jobs 17-22 s after they end (MinJobAge=10), the built-in one after 1 s
         "SLURM_TEST_READBACK_POLL": "40" if emulator.config.backend == "slurmrestd" else "5",
     }
@@ -71,17 +97,28 @@ def output(result: subprocess.CompletedProcess[str]) -> str:
 
 def test_submit_job_deferrable_succeeds(airflow_env: dict[str, str]) -> None:
     result = dags_test(airflow_env, "example_slurm_submit_job")
-    assert result.returncode == 0, output(result)[-5000:]
-    assert "Trigger" in output(result)  # the wait really went through the trigger
-    assert "is COMPLETED; exit code 0" in output(result)
+    log = output(result)
+    assert result.returncode == 0, log[-5000:]
+    assert "Trigger" in log  # the wait really went through the trigger
+    assert "is COMPLETED; exit code 0" in log
+    # the job's own output, read back from Cloud Storage in the worker after the trigger's event
+    frame = re.search(rf"----- Slurm job (\d+) stdout: last \d+ lines of {OUTPUT_URI}/example_slurm_submit_job__", log)
+    assert frame, log[-5000:]
+    assert re.search(r"training run manual__\S+ on \S+, job \d+\n.*epoch 3/3\n", log, re.S), log[-5000:]
+    assert re.search(rf"Slurm job {frame.group(1)} used 1 node\(s\), \d+ CPU\(s\)", log), log[-5000:]
 
 
 def test_submit_job_exit_3_fails_the_task(airflow_env: dict[str, str]) -> None:
     result = dags_test(airflow_env, "example_slurm_submit_job", "-c", '{"exit_code": 3, "epochs": 1}')
     log = output(result)
     assert result.returncode != 0 or "failed" in log.lower(), log[-5000:]
-    # The task's own error names the state, the reason and the exit code.
-    assert re.search(r"AirflowException: Slurm job \d+ is FAILED(; reason: \w+)?; exit code 3", log), log[-5000:]
+    # The task's own error names the state, the reason and the exit code, then the job's last stderr lines.
+    error = re.search(r"AirflowException: Slurm job (\d+) is FAILED(; reason: \w+)?; exit code 3\n", log)
+    assert error, log[-5000:]
+    job_id = error.group(1)
+    stderr = f"Last lines of stderr of job {job_id} ({OUTPUT_URI}/example_slurm_submit_job__"
+    assert stderr in log and "ERROR: loss diverged at epoch 1 (loss=nan)" in log[log.index(stderr) :], log[-5000:]
+    assert f"----- end of Slurm job {job_id} stdout -----" in log, log[-5000:]
 
 
 def test_worker_waiting_mode(airflow_env: dict[str, str]) -> None:
