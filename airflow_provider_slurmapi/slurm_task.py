@@ -64,6 +64,8 @@ class ReportingSlurmTask(Protocol):
     final_status: JobStatus | None
     final_usage: JobUsage | None
 
+    def show_output_link(self, context: Context, location: str | None) -> None: ...
+
 
 class SlurmTaskMixin:
     """Connection and cluster arguments, and the hook built from them."""
@@ -85,6 +87,7 @@ class SlurmTaskMixin:
     output_wait: float = DEFAULT_OUTPUT_WAIT
     final_status: JobStatus | None = None  # the finished job, as report_job_end saw it (for lineage)
     final_usage: JobUsage | None = None
+    output_console_url = ""  # the "Slurm job output" link: the Cloud console page of a gs:// object
 
     def set_connection_arguments(
         self,
@@ -157,8 +160,17 @@ class SlurmTaskMixin:
             return ""
         for tail in tails:
             self.log.info("%s", tail.frame())
-        push_output_link(context, next((tail.location for tail in tails if tail.size is not None), None))
+        self.show_output_link(context, next((tail.location for tail in tails if tail.size is not None), None))
         return "" if status.is_success else error_excerpt(tails)
+
+    def show_output_link(self, context: Context, location: str | None) -> None:
+        """Give the task's "Slurm job output" link the Cloud console page of a ``gs://`` location."""
+        url = console_url(location) if location else None
+        if url:
+            from airflow_provider_slurmapi.operators.links import SlurmJobOutputLink
+
+            self.output_console_url = url
+            context["ti"].xcom_push(key=SlurmJobOutputLink.key, value=url)
 
     @property
     def hook_kwargs(self) -> dict[str, Any]:
@@ -208,15 +220,6 @@ class SlurmTaskMixin:
             ),
             method_name="execute_complete",
         )
-
-
-def push_output_link(context: Context, location: str | None) -> None:
-    """Give the task's "Slurm job output" link the Cloud console page of a ``gs://`` location."""
-    url = console_url(location) if location else None
-    if url:
-        from airflow_provider_slurmapi.operators.links import SlurmJobOutputLink
-
-        context["ti"].xcom_push(key=SlurmJobOutputLink.key, value=url)
 
 
 def check_positive(name: str, value: float | None, *, optional: bool = False) -> None:

@@ -188,6 +188,8 @@ class OutputTail:
         title = f"Slurm job {self.job_id} {self.stream}"
         if self.problem and not self.text:
             return f"{title}: {self.problem}"
+        if self.size == 0:
+            return f"{title}: empty ({self.location})"
         lines = self.text.splitlines()
         size = f", {_size(self.size)} in all" if self.size is not None else ""
         count = f"{len(lines)} line" + ("" if len(lines) == 1 else "s")

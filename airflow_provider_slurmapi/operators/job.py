@@ -27,7 +27,6 @@ from airflow_provider_slurmapi.slurm_task import (
     CONNECTION_TEMPLATE_FIELDS,
     SlurmTaskMixin,
     check_positive,
-    push_output_link,
     status_from_event,
 )
 
@@ -229,7 +228,7 @@ class SlurmSubmitJobOperator(SlurmTaskMixin, BaseOperator):
         )
         ti.xcom_push(key="job_id", value=self.job_id)
         if "array" not in job and job.get("standard_output"):  # the link works while the job runs
-            push_output_link(
+            self.show_output_link(
                 context, self.output_settings.location_of(expand_pattern(job["standard_output"], job_id=self.job_id))
             )
         if submission.status is not None and submission.outcome == Outcome.ADOPTED:

@@ -21,7 +21,11 @@ class SlurmJobOutputLink(BaseOperatorLink):
         return self.key
 
     def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
-        from airflow.providers.common.compat.sdk import XCom
+        # The task that just ran knows its link (Airflow 3's task runner asks it as the task ends,
+        # and a missing XCom would log an error); a web server's deserialized task reads the XCom.
+        url = getattr(operator, "output_console_url", None)
+        if url is None:
+            from airflow.providers.common.compat.sdk import XCom
 
-        url = XCom.get_value(key=self.key, ti_key=ti_key)
+            url = XCom.get_value(key=self.key, ti_key=ti_key)
         return url if isinstance(url, str) and url.startswith("https://") else ""

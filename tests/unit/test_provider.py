@@ -85,3 +85,14 @@ def test_airflow_2_form_shows_every_field() -> None:
         assert info.field.kwargs["description"] == CONN_FIELDS[name]["description"], name
     assert [name for name, info in widgets.items() if info.is_sensitive] == ["keyfile_dict"]
     assert manager.field_behaviours["slurm_job_api"]["hidden_fields"] == UI_FIELD_BEHAVIOUR["hidden-fields"]
+
+
+def test_the_output_link_of_a_task_that_ran_needs_no_xcom() -> None:
+    """Airflow 3's task runner asks each link as the task ends: ours answers from the task itself."""
+    from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
+    from airflow_provider_slurmapi.operators.links import SlurmJobOutputLink
+
+    task = SlurmSubmitJobOperator(task_id="t", job={}, script="true")
+    assert SlurmJobOutputLink().get_link(task, ti_key=None) == ""  # type: ignore[arg-type]  # no XCom read
+    task.output_console_url = "https://console.cloud.google.com/storage/browser/_details/b/o.out"
+    assert SlurmJobOutputLink().get_link(task, ti_key=None) == task.output_console_url  # type: ignore[arg-type]
