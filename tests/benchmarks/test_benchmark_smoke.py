@@ -25,3 +25,24 @@ def test_benchmark_runs_quick(name: str) -> None:
     assert any(line.startswith("| ") for line in lines), result.stdout
     assert any(line.startswith("|") and set(line) <= set("|:- ") for line in lines), result.stdout
     assert any(line.startswith("Machine: ") and "Python" in line and "Airflow" in line for line in lines)
+
+
+def test_output_tail_quick_stays_within_its_limits() -> None:
+    """The tail of an output object costs at most 2 storage requests and 2 x output_tail_bytes (counts)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.output_tail", "--quick"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("| (b) tail read") for line in lines), result.stdout
+    assert any(line.startswith("|") and set(line) <= set("|:- ") for line in lines), result.stdout
+    assert any(line.startswith("Machine: ") and "Python" in line and "Airflow" in line for line in lines)
+    limits = [line for line in lines if line.startswith("Limit: ")]
+    assert len(limits) == 2, result.stdout
+    assert limits[0].startswith("Limit: storage requests per tail read <= 2: held"), result.stdout
+    assert limits[1].startswith("Limit: response body bytes per tail read <= 2 x output_tail_bytes"), result.stdout
+    assert ": held (" in limits[1], result.stdout
