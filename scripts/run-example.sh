@@ -52,6 +52,6 @@ grep -oE "Slurm job [0-9_+]+ is [A-Z]+[^[]*" "$WORK/dags-test.log" | tail -n 1 |
 if [ "$rc" -ne 0 ]; then
     echo
     echo "== the task's error:"
-    plain | grep -A 25 -m 1 -E "AirflowException: Slurm job [0-9]+ is" | sed '/^$/q' || true
+    plain | awk '/AirflowException: Slurm job [0-9]+ is/ {show=1} show && /^::|loc=|^\[DAG TEST\]/ {exit} show {print}'
 fi
 exit "$rc"
