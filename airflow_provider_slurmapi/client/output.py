@@ -23,7 +23,7 @@ DEFAULT_OUTPUT_WAIT = 30.0
 TAIL_LINES_RANGE = (1, 10_000)
 TAIL_BYTES_RANGE = (1024, 16 * 1024 * 1024)
 OUTPUT_WAIT_RANGE = (0.0, 600.0)
-MAX_STEM = 200  # a file name has at most 255 bytes; the try, job ID and suffix fit in the rest
+MAX_SEGMENT = 200  # a path segment has at most 255 bytes
 
 # Characters kept from Airflow names in an output path; anything else becomes "_".
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")
@@ -83,17 +83,14 @@ class OutputSettings:
     def per_try_paths(
         self, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int, *, array: bool
     ) -> tuple[str, str]:
-        """``standard_output`` and ``standard_error`` of one try, directly in ``cluster_path``.
-
-        One flat name (``{dag}__{run}__{task}[__{map index}]__try{n}__{job}.out``): Slurm does not
-        create directories, and a job whose output directory is missing fails before it starts.
-        """
+        """``standard_output`` and ``standard_error`` of one try, under ``cluster_path``:
+        ``{dag}/{run}/{task}[/map-{index}]/try-{n}/{job}.out`` (Slurm creates the directories)."""
         if not self.cluster_path:
             raise ValueError("output_cluster_path is not set")
-        parts = [dag_id, run_id, task_id] + ([str(map_index)] if map_index is not None and map_index >= 0 else [])
-        stem = "__".join(safe_segment(part) for part in parts)[:MAX_STEM] + f"__try{int(try_number)}__"
-        stem += "%A_%a" if array else "%j"
-        return posixpath.join(self.cluster_path, f"{stem}.out"), posixpath.join(self.cluster_path, f"{stem}.err")
+        parts = [dag_id, run_id, task_id] + ([f"map-{map_index}"] if map_index is not None and map_index >= 0 else [])
+        folder = posixpath.join(self.cluster_path, *(safe_segment(part)[:MAX_SEGMENT] for part in parts))
+        stem = posixpath.join(folder, f"try-{int(try_number)}", "%A_%a" if array else "%j")
+        return f"{stem}.out", f"{stem}.err"
 
     def is_under_cluster_path(self, path: str) -> bool:
         if not self.cluster_path:

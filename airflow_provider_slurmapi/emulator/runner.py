@@ -179,13 +179,13 @@ class ProcessRunner:
 
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         try:
-            out_fd = os.open(job.expand(job.stdout_pattern), flags, 0o644)
+            out_fd = os.open(_with_parents(job.expand(job.stdout_pattern)), flags, 0o644)
         except OSError as exc:
             raise _OutputFailure(f"cannot open standard_output: {exc.strerror}") from None
         err_fd = out_fd
         if job.stderr_pattern:
             try:
-                err_fd = os.open(job.expand(job.stderr_pattern), flags, 0o644)
+                err_fd = os.open(_with_parents(job.expand(job.stderr_pattern)), flags, 0o644)
             except OSError as exc:
                 os.close(out_fd)
                 raise _OutputFailure(f"cannot open standard_error: {exc.strerror}") from None
@@ -221,3 +221,14 @@ class ProcessRunner:
 def _signal_group(process: asyncio.subprocess.Process, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, sig)
+
+
+def _with_parents(path: str) -> str:
+    """Slurm 24.11's slurmstepd creates an output file's missing directories (as the job's user)."""
+    parent = os.path.dirname(path)
+    if parent:
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError:
+            pass  # opening the file then fails and says why
+    return path

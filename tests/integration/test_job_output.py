@@ -80,7 +80,7 @@ def test_a_failed_job_shows_its_output_and_ends_the_error_with_stderr(gs_connect
         operator.execute(ctx)
     job_id = ctx["ti"].xcom["job_id"]
     ti = ctx["ti"]
-    stem = f"operator_tests__{ti.run_id.replace(':', '_')}__t__try1__{job_id}"
+    stem = f"operator_tests/{ti.run_id.replace(':', '_')}/t/try-1/{job_id}"
     message = str(failure.value)
     assert message.startswith(f"Slurm job {job_id} is FAILED; reason: NonZeroExitCode; exit code 4")
     assert message.endswith(f"Last lines of stderr of job {job_id} ({PREFIX}/{stem}.err):\nloss is NaN")

@@ -102,7 +102,7 @@ def test_submit_job_deferrable_succeeds(airflow_env: dict[str, str]) -> None:
     assert "Trigger" in log  # the wait really went through the trigger
     assert "is COMPLETED; exit code 0" in log
     # the job's own output, read back from Cloud Storage in the worker after the trigger's event
-    frame = re.search(rf"----- Slurm job (\d+) stdout: last \d+ lines of {OUTPUT_URI}/example_slurm_submit_job__", log)
+    frame = re.search(rf"----- Slurm job (\d+) stdout: last \d+ lines of {OUTPUT_URI}/example_slurm_submit_job/", log)
     assert frame, log[-5000:]
     assert re.search(r"training run manual__\S+ on \S+, job \d+\n.*epoch 3/3\n", log, re.S), log[-5000:]
     assert re.search(rf"Slurm job {frame.group(1)} used 1 node\(s\), \d+ CPU\(s\)", log), log[-5000:]
@@ -116,7 +116,7 @@ def test_submit_job_exit_3_fails_the_task(airflow_env: dict[str, str]) -> None:
     error = re.search(r"AirflowException: Slurm job (\d+) is FAILED(; reason: \w+)?; exit code 3\n", log)
     assert error, log[-5000:]
     job_id = error.group(1)
-    stderr = f"Last lines of stderr of job {job_id} ({OUTPUT_URI}/example_slurm_submit_job__"
+    stderr = f"Last lines of stderr of job {job_id} ({OUTPUT_URI}/example_slurm_submit_job/"
     assert stderr in log and "ERROR: loss diverged at epoch 1 (loss=nan)" in log[log.index(stderr) :], log[-5000:]
     assert f"----- end of Slurm job {job_id} stdout -----" in log, log[-5000:]
 

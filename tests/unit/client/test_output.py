@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -48,16 +47,16 @@ def test_bad_settings_are_refused_naming_the_field(settings: dict, message: str)
         OutputSettings(**settings)
 
 
-def test_per_try_paths_are_flat_safe_and_distinct() -> None:
+def test_per_try_paths_are_safe_and_distinct() -> None:
     settings = OutputSettings(uri="gs://b/p", cluster_path="/mnt/out")
     out, err = settings.per_try_paths("my dag", "manual__2026-12-01T10:00:00+00:00", "train/x", -1, 2, array=False)
-    assert out == "/mnt/out/my_dag__manual__2026-12-01T10_00_00+00_00__train_x__try2__%j.out"
+    assert out == "/mnt/out/my_dag/manual__2026-12-01T10_00_00+00_00/train_x/try-2/%j.out"
     assert err == out.removesuffix(".out") + ".err"
     mapped, _ = settings.per_try_paths("d", "r", "t", 3, 1, array=True)
-    assert mapped == "/mnt/out/d__r__t__3__try1__%A_%a.out"
+    assert mapped == "/mnt/out/d/r/t/map-3/try-1/%A_%a.out"
     long, _ = settings.per_try_paths("d" * 300, "r", "t", -1, 1, array=False)
-    assert len(os.path.basename(long)) <= 255
-    assert settings.per_try_paths("..", "r", "t", -1, 1, array=False)[0].startswith("/mnt/out/__")
+    assert max(len(segment) for segment in long.split("/")) <= 255
+    assert settings.per_try_paths("..", "r", "t", -1, 1, array=False)[0].startswith("/mnt/out/__/")
 
 
 def test_locations_map_only_files_under_the_cluster_path() -> None:
@@ -84,6 +83,13 @@ def test_output_files_of_real_records() -> None:
     assert completed == OutputFile("1", "stdout+stderr", "/tmp/slurm-1.out", failed=False)
     live = output_files(fixture_jobs("job_completed.json"), source="slurm")
     assert [(f.stream, f.cluster_path) for f in live] == [("stdout+stderr", "/tmp/slurm-1.out")]
+
+
+def test_output_files_of_real_records_with_patterns() -> None:
+    """Real Slurm 24.11 expands %x and %j in the live record, and accounting in stdout_expanded."""
+    wanted = [OutputFile("236", "stdout", "/tmp/out-outpat-236.out"), OutputFile("236", "stderr", "/tmp/out-236.err")]
+    assert output_files(fixture_jobs("job_completed_output_paths.json"), source="slurm") == wanted
+    assert output_files(fixture_jobs("slurmdb_job_completed_output_paths.json"), source="slurmdb") == wanted
 
 
 def test_failed_array_tasks_come_first() -> None:
@@ -114,7 +120,10 @@ def test_a_frame_names_the_whole_file_and_the_excerpt_prefers_stderr() -> None:
     assert error_excerpt([out, tail]).endswith("(gs://b/7.err):\nTraceback\nValueError: nan")
     assert error_excerpt([out]).endswith("epoch 1")
     assert error_excerpt([OutputTail("7", "stderr", "x", problem="missing")]) == ""
-    assert OutputTail("7", "stdout", "/x.out", problem="written to /x.out").frame() == "Slurm job 7 stdout: written to /x.out"
+    assert (
+        OutputTail("7", "stdout", "/x.out", problem="written to /x.out").frame()
+        == "Slurm job 7 stdout: written to /x.out"
+    )
 
 
 def test_usage_from_real_accounting_records() -> None:

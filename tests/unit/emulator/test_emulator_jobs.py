@@ -257,19 +257,25 @@ def test_begin_time_in_future_is_pending(api: Api, workdir: Path) -> None:
 
 
 def test_missing_cwd_runs_in_tmp_unless_the_output_cannot_be_opened(api: Api, workdir: Path) -> None:
-    # like slurmstepd: the default output file is under the missing directory, so the job fails
-    job_id = api.submit("#!/bin/bash\ntrue\n", current_working_directory=str(workdir / "nope"))
+    # like slurmstepd: it creates an output file's missing directories (real Slurm 24.11 does:
+    # tests/fixtures/slurm-24.11.5/_notes.json) and fails the job when it cannot
+    blocker = workdir / "a-file"
+    blocker.write_text("")
+    job_id = api.submit("#!/bin/bash\ntrue\n", current_working_directory=str(blocker / "nope"))
     job = api.wait(job_id)
     assert (job["job_state"], job["state_reason"]) == (["FAILED"], "RaisedSignal")
     assert job["exit_code"]["status"] == ["SIGNALED"]
     assert job["exit_code"]["signal"]["id"]["number"] == 53
     assert job["state_description"] == "RaisedSignal:53(Real-time signal 19)"  # as real Slurm says
+    created = api.submit("#!/bin/bash\npwd\n", current_working_directory=str(workdir / "made"))
+    assert api.wait(created)["job_state"] == ["COMPLETED"]
+    assert (workdir / "made" / f"slurm-{created}.out").read_text() == f"{workdir / 'made'}\n"
     # with an output file that can be opened, it runs in /tmp and says why in the output
     out = workdir / "out.txt"
-    job_id = api.submit("#!/bin/bash\npwd\n", current_working_directory=str(workdir / "nope"), standard_output=str(out))
+    job_id = api.submit("#!/bin/bash\npwd\n", current_working_directory=str(blocker / "nope"), standard_output=str(out))
     assert api.wait(job_id)["job_state"] == ["COMPLETED"]
     assert out.read_text().splitlines() == [
-        f"slurmstepd-node1: error: couldn't chdir to `{workdir / 'nope'}': No such file or directory: "
+        f"slurmstepd-node1: error: couldn't chdir to `{blocker / 'nope'}': No such file or directory: "
         "going to /tmp instead",
         "/tmp",
     ]

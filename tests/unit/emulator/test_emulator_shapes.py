@@ -73,6 +73,13 @@ def replies(api: Api, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tup
     got["slurmdb_job_failed.json"] = api.call("GET", f"/slurmdb/v0.0.42/job/{failed}")
     got["job_failed_signal.json"] = api.call("GET", f"/slurm/v0.0.42/job/{signaled}")
     got["slurmdb_job_failed_signal.json"] = api.call("GET", f"/slurmdb/v0.0.42/job/{signaled}")
+    named = api.call(
+        "POST", sub, body("#!/bin/bash\necho to-stdout\necho to-stderr >&2\n", name="outpat",
+        standard_output=f"{cwd}/out-%x-%j.out", standard_error=f"{cwd}/out-%j.err")
+    )[1]["job_id"]  # fmt: skip
+    api.wait(named)
+    got["job_completed_output_paths.json"] = api.call("GET", f"/slurm/v0.0.42/job/{named}")
+    got["slurmdb_job_completed_output_paths.json"] = api.call("GET", f"/slurmdb/v0.0.42/job/{named}")
     got["delete_completed.json"] = api.call("DELETE", f"/slurm/v0.0.42/job/{plain}")
     got["jobs_list_mixed.json"] = api.call("GET", "/slurm/v0.0.42/jobs")
     got["slurmdb_jobs_list.json"] = api.call("GET", "/slurmdb/v0.0.42/jobs")
@@ -128,6 +135,8 @@ COMPARED = [
     "job_completed_step_failed.json",
     "slurmdb_job_completed.json",
     "slurmdb_job_completed_step_failed.json",
+    "job_completed_output_paths.json",
+    "slurmdb_job_completed_output_paths.json",
     "job_failed.json",
     "slurmdb_job_failed.json",
     "job_failed_signal.json",
