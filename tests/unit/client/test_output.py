@@ -210,3 +210,16 @@ def test_a_refused_object_read_names_the_principal_and_the_permission() -> None:
     assert tail.problem is not None and tail.problem.startswith(
         "airflow@p.iam.gserviceaccount.com may not read gs://locked/out/4.err: it needs storage.objects.get on bucket locked"
     )
+
+
+def test_a_file_that_appears_late_is_waited_for(tmp_path: Path) -> None:
+    """Cloud Storage FUSE makes the object when the job closes the file: a little after the job ends."""
+    import threading
+
+    late = threading.Timer(0.6, lambda: (tmp_path / "late.out").write_text("done\n"))
+    late.start()
+    try:
+        (tail,) = reader(tmp_path, wait=10.0).tails([OutputFile("6", "stdout", "/cluster/late.out")])
+    finally:
+        late.cancel()
+    assert (tail.text, tail.problem) == ("done", None)
