@@ -23,17 +23,8 @@ from airflow_provider_slurmapi.emulator.backend_api import SlurmAnswer, SlurmBac
 
 log = logging.getLogger(__name__)
 
-_ENDED = {
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "PREEMPTED",
-    "BOOT_FAIL",
-    "DEADLINE",
-    "OUT_OF_MEMORY",
-}
+# a job in any other base state is over (its output files are closed), unless still COMPLETING
+_ACTIVE = {"PENDING", "RUNNING", "SUSPENDED"}
 
 
 @dataclass(frozen=True)
@@ -147,7 +138,7 @@ def _ended_outputs(job: dict[str, Any]) -> list[str]:
     """The output files of a job record (/slurm or /slurmdb) that shows the job over, else []."""
     state = job.get("job_state") if "job_state" in job else (job.get("state") or {}).get("current")
     states = [state] if isinstance(state, str) else list(state or [])
-    if not states or states[0] not in _ENDED or "COMPLETING" in states[1:]:
+    if not states or states[0] in _ACTIVE or "COMPLETING" in states[1:]:
         return []
     if "stdout_expanded" in job:  # accounting
         paths = [job.get("stdout_expanded"), job.get("stderr_expanded")]
