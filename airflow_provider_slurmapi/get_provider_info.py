@@ -124,7 +124,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_provider_slurmapi.sensors.job"],
             }
         ],
-        "extra-links": ["airflow_provider_slurmapi.operators.links.SlurmJobOutputLink"],
+        "extra-links": ["airflow_provider_slurmapi.links.SlurmJobOutputLink"],
         "triggers": [
             {
                 "integration-name": "Google Cloud Slurm Job API",

@@ -26,6 +26,7 @@ from airflow_provider_slurmapi.client.output import (
 )
 from airflow_provider_slurmapi.client.usage import JobUsage
 from airflow_provider_slurmapi.client.wait_policy import LOST_JOB_GRACE
+from airflow_provider_slurmapi.links import SlurmJobOutputLink
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
@@ -167,8 +168,6 @@ class SlurmTaskMixin:
         """Give the task's "Slurm job output" link the Cloud console page of a ``gs://`` location."""
         url = console_url(location) if location else None
         if url:
-            from airflow_provider_slurmapi.operators.links import SlurmJobOutputLink
-
             self.output_console_url = url
             context["ti"].xcom_push(key=SlurmJobOutputLink.key, value=url)
 

@@ -22,7 +22,7 @@ from airflow_provider_slurmapi.client.output import (
 from airflow_provider_slurmapi.client.submission import Outcome, submission_key
 from airflow_provider_slurmapi.client.wait_policy import LOST_JOB_GRACE
 from airflow_provider_slurmapi.get_provider_info import DEFAULT_CONN_ID
-from airflow_provider_slurmapi.operators.links import SlurmJobOutputLink
+from airflow_provider_slurmapi.links import SlurmJobOutputLink
 from airflow_provider_slurmapi.slurm_task import (
     CONNECTION_TEMPLATE_FIELDS,
     SlurmTaskMixin,

@@ -13,7 +13,7 @@ from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.client.output import DEFAULT_OUTPUT_WAIT, DEFAULT_TAIL_BYTES, DEFAULT_TAIL_LINES
 from airflow_provider_slurmapi.client.wait_policy import LOST_JOB_GRACE, JobWaitPolicy, Verdict
 from airflow_provider_slurmapi.get_provider_info import DEFAULT_CONN_ID
-from airflow_provider_slurmapi.operators.links import SlurmJobOutputLink
+from airflow_provider_slurmapi.links import SlurmJobOutputLink
 from airflow_provider_slurmapi.slurm_task import (
     CONNECTION_TEMPLATE_FIELDS,
     SlurmTaskMixin,

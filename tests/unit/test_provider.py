@@ -60,7 +60,7 @@ def test_airflow_registers_the_output_link(tmp_path) -> None:
     airflow = str(__import__("pathlib").Path(sys.executable).with_name("airflow"))
     env = {"AIRFLOW_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     links = subprocess.run([airflow, "providers", "links"], env=env, capture_output=True, text=True).stdout
-    assert "airflow_provider_slurmapi.operators.links.SlurmJobOutputLink" in links
+    assert "airflow_provider_slurmapi.links.SlurmJobOutputLink" in links
 
 
 def test_airflow_2_form_shows_every_field() -> None:
@@ -89,8 +89,8 @@ def test_airflow_2_form_shows_every_field() -> None:
 
 def test_the_output_link_of_a_task_that_ran_needs_no_xcom() -> None:
     """Airflow 3's task runner asks each link as the task ends: ours answers from the task itself."""
+    from airflow_provider_slurmapi.links import SlurmJobOutputLink
     from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
-    from airflow_provider_slurmapi.operators.links import SlurmJobOutputLink
 
     task = SlurmSubmitJobOperator(task_id="t", job={}, script="true")
     assert SlurmJobOutputLink().get_link(task, ti_key=None) == ""  # type: ignore[arg-type]  # no XCom read
