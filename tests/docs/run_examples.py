@@ -3,10 +3,14 @@
 Usage: ``python run_examples.py SPEC.json RESULTS.json``. The environment names the Airflow home
 and the DAGs folder (``AIRFLOW_HOME``, ``AIRFLOW__CORE__DAGS_FOLDER``); this process creates the
 metadata database, starts an emulator, points ``slurm_job_api_default`` at it and runs each entry
-of SPEC (``{"name", "dag_id", "conf", "faults"}``) in turn. RESULTS gets, per entry, the run's
-state, each task's state and XComs, and the Slurm jobs each task submitted (found by the key in
-their comment). Each run's log lies between ``=== BEGIN <name>`` and ``=== END <name>`` lines on
+of SPEC (``{"name", "dag_id", "conf", "faults", "output"}``) in turn. RESULTS gets, per entry, the
+run's state, each task's state and XComs, and the Slurm jobs each task submitted (found by the key
+in their comment). Each run's log lies between ``=== BEGIN <name>`` and ``=== END <name>`` lines on
 stdout.
+
+When an entry has ``"output": true``, its connection names where job output goes: a directory that
+the emulator publishes to a Cloud Storage stand-in (``gcp-storage-emulator``, started for it), as
+Cloud Storage FUSE would (``OUTPUT_URI``).
 """
 
 from __future__ import annotations
@@ -14,16 +18,21 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 EMULATOR_PROJECT, EMULATOR_REGION, EMULATOR_CLUSTER = "test-project", "us-central1", "test-cluster"
+OUTPUT_URI = "gs://slurm-output/runs"  # where Airflow reads job output in runs with "output"
 
 
-def connection(url: str, key_file: Path) -> str:
+def connection(url: str, key_file: Path, output_dir: Path | None = None) -> str:
     extra = {
         "project_id": EMULATOR_PROJECT,
         "region": EMULATOR_REGION,
@@ -31,7 +40,38 @@ def connection(url: str, key_file: Path) -> str:
         "endpoint": url,
         "key_path": str(key_file),
     }
+    if output_dir is not None:
+        extra.update(output_uri=OUTPUT_URI, output_cluster_path=str(output_dir))
     return json.dumps({"conn_type": "slurm_job_api", "extra": extra})
+
+
+@contextmanager
+def storage_stand_in(log: Path) -> Iterator[str]:
+    """``gcp-storage-emulator`` on a free port, in memory; yields its URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [str(Path(sys.executable).with_name("gcp-storage-emulator")), "start", "--host", "127.0.0.1"]
+    with log.open("wb") as out:
+        process = subprocess.Popen([*command, "--port", str(port), "--in-memory"], stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"gcp-storage-emulator did not start:\n{log.read_text()}") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def jobs_by_task(dag_id: str, run_id: str, task_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -86,18 +126,28 @@ def run(spec: list[dict[str, Any]], results_path: Path) -> None:
 
     db.initdb()
     work = Path(os.environ["AIRFLOW_HOME"])
-    config = EmulatorConfig(
-        key_file=work / "emulator-key.json",
-        state_dir=work / "emulator-jobs",
-        sched_delay=0.2,
-        kill_wait=1.0,
-        min_job_age=60.0,
-    )
     results: dict[str, Any] = {}
-    with Emulator(config) as emulator:
-        os.environ["AIRFLOW_CONN_SLURM_JOB_API_DEFAULT"] = connection(emulator.url, emulator.key_file)
+    with ExitStack() as stack:
+        output_dir, mount = None, {}
+        if any(entry.get("output") for entry in spec):
+            output_dir = work / "cluster-output"  # the cluster's mount of the bucket
+            output_dir.mkdir()
+            storage_host = stack.enter_context(storage_stand_in(work / "storage.log"))
+            os.environ["STORAGE_EMULATOR_HOST"] = storage_host  # where google-cloud-storage reads
+            mount = {"output_mount": f"{output_dir}={OUTPUT_URI}", "storage_host": storage_host}
+        config = EmulatorConfig(
+            key_file=work / "emulator-key.json",
+            state_dir=work / "emulator-jobs",
+            sched_delay=0.2,
+            kill_wait=1.0,
+            min_job_age=60.0,
+            **mount,
+        )
+        emulator = stack.enter_context(Emulator(config))
         for entry in spec:
             name = entry["name"]
+            output = output_dir if entry.get("output") else None
+            os.environ["AIRFLOW_CONN_SLURM_JOB_API_DEFAULT"] = connection(emulator.url, emulator.key_file, output)
             print(f"=== BEGIN {name}", flush=True)
             started = time.monotonic()
             emulator.faults.clear()

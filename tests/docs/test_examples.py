@@ -6,8 +6,8 @@
   the pages quote.
 - The shell blocks marked ``:class: runnable`` run as one bash session per page, in the order a
   reader types them, in a directory laid out like a project (``dags/``, ``tests/``). The only
-  change to the text is the emulator's port, swapped for a free one. The session of the testing
-  page runs ``docs/examples/tests`` with pytest.
+  changes to the text are the ports of the emulator and of the Cloud Storage stand-in, swapped for
+  free ones. The session of the testing page runs ``docs/examples/tests`` with pytest.
 
 All of this starts at once when the module's first test needs it, and runs in the background
 while the tests wait for their part.
@@ -39,6 +39,7 @@ pytestmark = pytest.mark.docs
 BIN = Path(sys.executable).parent
 RUNNER = Path(__file__).with_name("run_examples.py")
 DOCS_PORT = "8780"  # the port the pages use
+DOCS_STORAGE_PORT = "9023"  # the Cloud Storage stand-in's port in the pages
 WAIT = 300  # seconds any background process may take
 
 # name -> how each example DAG is run; "group" picks the process (runs of one group are sequential).
@@ -52,6 +53,15 @@ DAG_RUNS: list[dict[str, Any]] = [
     {"name": "slurm_hook", "dag_id": "slurm_hook"},
     # fine_tune polls at the default 30 s interval: in a process of its own, beside the others
     {"name": "slurm_submit_options", "dag_id": "slurm_submit_options", "group": "slow"},
+    # job output read from a Cloud Storage stand-in that the emulator publishes to (run_examples.py)
+    {"name": "slurm_output", "dag_id": "slurm_output", "output": True, "group": "output"},
+    {
+        "name": "slurm_output_bad_epochs",
+        "dag_id": "slurm_output",
+        "conf": {"epochs": "x"},
+        "output": True,
+        "group": "output",
+    },
 ]
 
 # page -> what its commands assume is already there (an Airflow installation, with its database)
@@ -59,6 +69,7 @@ SESSION_PAGES: dict[str, str] = {
     "installation.md": "",
     "connection.md": "airflow db migrate > /dev/null",
     "testing.md": "",  # the page sets up its Airflow home itself
+    "output.md": "airflow db migrate > /dev/null",
 }
 
 KEY = re.compile(r"^airflow-key=[0-9a-f]{24}$")
@@ -153,6 +164,7 @@ class Background:
             where = project_dir(work / f"session-{Path(page).stem}")
             port = free_port()
             script = pages.runnable_script(pages.DOCS / page).replace(DOCS_PORT, port)
+            script = script.replace(DOCS_STORAGE_PORT, free_port())
             (where / "session.sh").write_text(
                 f"set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n{prelude}\n\n{script}\n"
             )
@@ -265,6 +277,35 @@ def test_slurm_hook(background: Background) -> None:
     assert isinstance(result["xcom"]["pending_jobs"]["return_value"], int)
 
 
+def test_slurm_output(background: Background) -> None:
+    result, log = background.dag_run("slurm_output")
+    assert result["state"] == "success", log[-8000:]
+    job = only_job(result, "train")
+    path = f"slurm_output/{result['run_id'].replace(':', '_')}/train/try-1/{job['job_id']}"
+    assert f"----- Slurm job {job['job_id']} stdout: last 4 lines of gs://slurm-output/runs/{path}.out" in log
+    assert f"Slurm job {job['job_id']} stderr: empty (gs://slurm-output/runs/{path}.err)" in log
+    usage = result["xcom"]["train"]["usage"]
+    assert (usage["job_id"], usage["nodes"], usage["gpu_hours"]) == (job["job_id"], 1, 0.0)
+    assert f"Slurm job {job['job_id']} used 1 node(s), {usage['cpus']} CPU(s), 0 GPU(s) for " in log
+    assert result["xcom"]["report_usage"]["return_value"].startswith(f"job {job['job_id']}: ")
+    checked = result["xcom"]["last_epoch"]["return_value"]
+    assert checked["last_line"] == "epoch 3/3 done" and checked["location"] == f"gs://slurm-output/runs/{path}.out"
+    assert result["xcom"]["train"]["slurm_output_console_url"] == (
+        f"https://console.cloud.google.com/storage/browser/_details/slurm-output/runs/{path.replace('+', '%2B')}.out"
+    )
+
+
+def test_slurm_output_failure_ends_with_stderr(background: Background) -> None:
+    result, log = background.dag_run("slurm_output_bad_epochs")
+    assert result["tasks"] == {"train": "failed", "report_usage": "upstream_failed", "last_epoch": "upstream_failed"}
+    job = only_job(result, "train")
+    path = f"slurm_output/{result['run_id'].replace(':', '_')}/train/try-1/{job['job_id']}"
+    assert (
+        f"Last lines of stderr of job {job['job_id']} (gs://slurm-output/runs/{path}.err):\n"
+        "EPOCHS must be a whole number, got 'x'\n"
+    ) in log
+
+
 def test_slurm_submit_options(background: Background) -> None:
     result, log = background.dag_run("slurm_submit_options")
     assert result["tasks"] == {"evaluate": "success", "fine_tune": "success"}, log[-8000:]
@@ -302,3 +343,13 @@ def test_testing_page_commands(background: Background) -> None:
     # the fault script's lost submit reply was reconciled through the job's key
     assert "looking for the job by its key before submitting again" in output
     assert "The submit had reached Slurm" in output
+    # the run with the emulator's output mount shows the job's output, read from the stand-in
+    assert re.search(r"----- Slurm job \d+ stdout: last 4 lines of gs://slurm-output/runs/slurm_train/", output)
+    assert "epoch 3/3 done" in output
+
+
+def test_output_page_commands(background: Background) -> None:
+    output = background.session("output.md")
+    connection = json.loads(output[output.rindex("[{") :])[0]
+    assert connection["extra_dejson"]["output_uri"] == "gs://my-bucket/slurm-output"
+    assert connection["extra_dejson"]["output_cluster_path"] == "/mnt/output/slurm-output"
