@@ -229,16 +229,16 @@ def describe(emu: Emulator) -> list[str]:
     if emu.config.faults is not None or emu.config.fault_script:
         lines.append(f"Faults per call: header {FAULT_HEADER}: <kind>")
     project, region, cluster = emu.config.clusters[0]
-    conn = {
-        "conn_type": "slurm_job_api",
-        "extra": {
-            "project_id": project,
-            "region": region,
-            "cluster_id": cluster,
-            "endpoint": emu.url,
-            "key_path": str(emu.key_file),
-        },
+    extra = {
+        "project_id": project,
+        "region": region,
+        "cluster_id": cluster,
+        "endpoint": emu.url,
+        "key_path": str(emu.key_file),
     }
+    if mount:  # where a task reads what the mount publishes
+        extra |= {"output_uri": mount.uri, "output_cluster_path": mount.cluster_dir}
+    conn = {"conn_type": "slurm_job_api", "extra": extra}
     lines.append(f"AIRFLOW_CONN_SLURM_JOB_API_DEFAULT='{json.dumps(conn)}'")
     return lines
 

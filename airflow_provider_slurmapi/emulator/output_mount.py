@@ -136,7 +136,9 @@ class MountingBackend(SlurmBackend):
 
 def _ended_outputs(job: dict[str, Any]) -> list[str]:
     """The output files of a job record (/slurm or /slurmdb) that shows the job over, else []."""
-    state = job.get("job_state") if "job_state" in job else (job.get("state") or {}).get("current")
+    state = job.get("job_state") if "job_state" in job else job.get("state")  # /slurm, jobs/state
+    if isinstance(state, dict):  # /slurmdb
+        state = state.get("current")
     states = [state] if isinstance(state, str) else list(state or [])
     if not states or states[0] in _ACTIVE or "COMPLETING" in states[1:]:
         return []

@@ -209,6 +209,10 @@ async def _answer(
     except BackendUnavailable as exc:
         log.warning("%s %s %s -> unavailable: %s", principal, slurm_request.method, path, exc)
         return google_error(503, f"The cluster {resource} is unavailable: {exc}")
+    except Exception:  # an emulator bug: answered like Google's INTERNAL, and logged where tests look
+        log.exception("%s %s %s -> internal error", principal, slurm_request.method, path)
+        state.requests.record(slurm_request.method, path, slurm_request.query, 500)
+        return google_error(500, "Internal error encountered.")
     log.info("%s %s %s -> %s", principal, slurm_request.method, path, status)
     state.requests.record(slurm_request.method, path, slurm_request.query, status)
     if isinstance(reply, str):  # a text/plain answer has no structured form

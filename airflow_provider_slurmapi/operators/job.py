@@ -128,7 +128,7 @@ class SlurmSubmitJobOperator(SlurmTaskMixin, BaseOperator):
     :param output_cluster_path: the absolute path where the cluster's nodes see ``output_uri``;
         overrides the connection's. With both set and no ``standard_output`` / ``standard_error``
         in ``job``, each try writes its output under
-        ``{output_cluster_path}/{dag}/{run}/{task}[.{map index}]/try-{n}/{job ID}.out`` / ``.err``.
+        ``{output_cluster_path}/{dag}/{run}/{task}[/map-{index}]/try-{n}/{job ID}.out`` / ``.err``.
     :param output_tail_lines: last lines of stdout and of stderr shown in the task log (1-10000).
     :param output_tail_bytes: at most this many bytes read from the end of each file (1 KiB-16 MiB).
     :param output_wait: seconds to wait for the output to appear after the job ends (0-600).

@@ -95,6 +95,7 @@ class SlurmJobSensor(SlurmTaskMixin, BaseSensorOperator):
         self._astray_since: float | None = None  # between pokes of one instance (mode="poke")
 
     def execute(self, context: Context) -> Any:
+        self.output_settings  # noqa: B018 - the connection's output settings, refused now if bad
         if not self.deferrable:
             return super().execute(context)
         if not self.poke(context):

@@ -95,10 +95,14 @@ def output(result: subprocess.CompletedProcess[str]) -> str:
     return result.stdout + result.stderr
 
 
-def test_submit_job_deferrable_succeeds(airflow_env: dict[str, str]) -> None:
+def test_submit_job_deferrable_succeeds(airflow_env: dict[str, str], emulator: Emulator) -> None:
+    started = time.time()
     result = dags_test(airflow_env, "example_slurm_submit_job")
     log = output(result)
     assert result.returncode == 0, log[-5000:]
+    failed = [call for call in emulator.requests.calls(since=started) if call.status >= 500]
+    assert failed == [], failed  # every read answered, the shared poller's bulk queries too
+    assert "status unavailable" not in log, log[-5000:]
     assert "Trigger" in log  # the wait really went through the trigger
     assert "is COMPLETED; exit code 0" in log
     # the job's own output, read back from Cloud Storage in the worker after the trigger's event

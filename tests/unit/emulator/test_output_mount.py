@@ -41,3 +41,9 @@ def test_only_finished_jobs_of_real_replies_are_published() -> None:
         "/tmp/out-236.err",
     ]
     assert _ended_outputs(jobs("job_cancelled_immediately.json")[0]) == []  # CANCELLED, still COMPLETING
+
+
+def test_a_bulk_state_reply_names_no_files() -> None:
+    """jobs/state lists states only (a list, not accounting's dict): nothing to publish, no error."""
+    assert _ended_outputs({"job_id": "5", "state": ["COMPLETED"]}) == []
+    assert _ended_outputs({"job_id": "5", "state": "COMPLETED"}) == []
