@@ -17,21 +17,18 @@ import argparse
 import os
 import re
 import resource
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import machine_line, markdown_table, median
+from tests.storage import BUCKET, StandIn, storage_stand_in
 
-BUCKET = "slurm-output"
 URI = f"gs://{BUCKET}/airflow"
 CLUSTER_PATH = "/mnt/slurm-output"
 OBJECT_FILE = "train__scheduled__2026-01-01__fit__try1__4242.out"
@@ -63,61 +60,19 @@ def parse_args() -> argparse.Namespace:
 # --- the stand-in and the object ---------------------------------------------------------------
 
 
-@dataclass
-class StandIn:
-    url: str
-    log: Path
-    pid: int
-
-    def cpu_s(self) -> float | None:
-        """The stand-in's CPU time so far (user and system), or None where /proc does not tell."""
-        try:
-            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def requests_logged(self, since: int) -> tuple[int, int]:
-        """Requests the stand-in logged after byte ``since`` of its log, and the log's size now."""
-        text = self.log.read_bytes()
-        return len(REQUEST_LOG_LINE.findall(text[since:].decode(errors="replace"))), len(text)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextmanager
-def storage_stand_in(workdir: Path) -> Iterator[StandIn]:
-    """``gcp-storage-emulator`` on a free port, storing its objects under ``workdir`` (not in RAM)."""
-    port = _free_port()
-    command = [
-        str(Path(sys.executable).with_name("gcp-storage-emulator")),
-        "start",
-        "--host=127.0.0.1",
-        f"--port={port}",
-        f"--default-bucket={BUCKET}",
-    ]
-    log = workdir / "stand-in.log"
-    env = {**os.environ, "STORAGE_BASE": str(workdir)}
-    with open(log, "wb") as out:
-        process = subprocess.Popen(command, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT)
+def stand_in_cpu_s(stand_in: StandIn) -> float | None:
+    """The stand-in's CPU time so far (user and system), or None where /proc does not tell."""
     try:
-        deadline = time.monotonic() + 30
-        while "All services started" not in log.read_text(errors="replace"):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"gcp-storage-emulator did not start (exit {process.poll()}):\n{log.read_text()}")
-            time.sleep(0.1)
-        yield StandIn(f"http://127.0.0.1:{port}", log, process.pid)
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        fields = Path(f"/proc/{stand_in.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def requests_logged(stand_in: StandIn, since: int) -> tuple[int, int]:
+    """Requests the stand-in logged after byte ``since`` of its log, and the log's size now."""
+    text = stand_in.log.read_bytes()
+    return len(REQUEST_LOG_LINE.findall(text[since:].decode(errors="replace"))), len(text)
 
 
 def write_output_file(path: Path, size: int) -> tuple[int, int, str]:
@@ -218,15 +173,15 @@ def run(cases: list[Case], counter: Counter, stand_in: StandIn, reads: int) -> N
         for _ in range(WARMUP):
             case.read()
     counter.take()
-    _, mark = stand_in.requests_logged(0)
+    _, mark = requests_logged(stand_in, 0)
     for r in range(reads):
         shift = r % len(cases)
         for case in cases[shift:] + cases[:shift]:
-            served0 = stand_in.cpu_s()
+            served0 = stand_in_cpu_s(stand_in)
             cpu0, t0 = time.process_time(), time.perf_counter()
             case.read()
             t1, cpu1 = time.perf_counter(), time.process_time()
-            served1 = stand_in.cpu_s()
+            served1 = stand_in_cpu_s(stand_in)
             case.wall_s.append(t1 - t0)
             case.cpu_s.append(cpu1 - cpu0)
             if served0 is not None and served1 is not None:
@@ -235,7 +190,7 @@ def run(cases: list[Case], counter: Counter, stand_in: StandIn, reads: int) -> N
             case.requests.append(requests)
             case.body_bytes.append(body)
             case.statuses.add(statuses)
-            logged, mark = stand_in.requests_logged(mark)
+            logged, mark = requests_logged(stand_in, mark)
             case.logged.append(logged)
     for case in cases:  # memory apart: tracing slows the reads it traces
         tracemalloc.start()
@@ -321,7 +276,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-storage-") as tmp:
         workdir = Path(tmp)
-        with storage_stand_in(workdir) as stand_in:
+        with storage_stand_in(workdir / "stand-in.log", data_dir=workdir, bucket=BUCKET) as stand_in:
             os.environ["STORAGE_EMULATOR_HOST"] = stand_in.url
             client = storage.Client(
                 project="p", credentials=AnonymousCredentials(), client_options={"api_endpoint": stand_in.url}

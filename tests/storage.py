@@ -1,4 +1,5 @@
-"""A Cloud Storage stand-in for the tests: ``gcp-storage-emulator`` in a process of its own.
+"""A Cloud Storage stand-in for the tests, the docs' examples and the benchmarks:
+``gcp-storage-emulator`` in a process of its own.
 
 Airflow reads job output from it through the real google-cloud-storage client
 (``STORAGE_EMULATOR_HOST``); the emulator's output mount writes to it (``EmulatorConfig.output_mount``).
@@ -6,15 +7,25 @@ Airflow reads job output from it through the real google-cloud-storage client
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 BUCKET = "slurm-output"
+
+
+@dataclass(frozen=True)
+class StandIn:
+    url: str  # for STORAGE_EMULATOR_HOST
+    log: Path  # what it printed: one line per request it answered
+    pid: int
 
 
 def _free_port() -> int:
@@ -24,29 +35,42 @@ def _free_port() -> int:
 
 
 @contextmanager
-def storage_stand_in() -> Iterator[str]:
-    """Start the stand-in on a free port; yield its URL (for ``STORAGE_EMULATOR_HOST``)."""
+def storage_stand_in(
+    log: Path | None = None, *, data_dir: Path | None = None, bucket: str | None = None
+) -> Iterator[StandIn]:
+    """Start the stand-in on a free port and stop it afterwards.
+
+    Objects stay in memory, or under ``data_dir`` (for objects too big for memory); ``bucket`` is
+    created at start. Its output goes to ``log`` (a temporary file if None).
+    """
     port = _free_port()
-    command = Path(sys.executable).with_name("gcp-storage-emulator")
-    process = subprocess.Popen(
-        [str(command), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 1).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"gcp-storage-emulator did not start (exit {process.poll()})") from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
+    command = [str(Path(sys.executable).with_name("gcp-storage-emulator")), "start", "--host", "127.0.0.1"]
+    command += ["--port", str(port)] + (["--default-bucket", bucket] if bucket else [])
+    env = dict(os.environ)
+    if data_dir is None:
+        command.append("--in-memory")
+    else:
+        env["STORAGE_BASE"] = str(data_dir)
+    with ExitStack() as stack:
+        if log is None:
+            log = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "storage.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=data_dir)
         try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), 1).close()
+                    break
+                except OSError:
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"gcp-storage-emulator did not start:\n{log.read_text()}") from None
+                    time.sleep(0.1)
+            yield StandIn(f"http://127.0.0.1:{port}", log, process.pid)
+        finally:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

@@ -18,15 +18,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+
+from tests.storage import storage_stand_in
 
 EMULATOR_PROJECT, EMULATOR_REGION, EMULATOR_CLUSTER = "test-project", "us-central1", "test-cluster"
 OUTPUT_URI = "gs://slurm-output/runs"  # where Airflow reads job output in runs with "output"
@@ -43,35 +42,6 @@ def connection(url: str, key_file: Path, output_dir: Path | None = None) -> str:
     if output_dir is not None:
         extra.update(output_uri=OUTPUT_URI, output_cluster_path=str(output_dir))
     return json.dumps({"conn_type": "slurm_job_api", "extra": extra})
-
-
-@contextmanager
-def storage_stand_in(log: Path) -> Iterator[str]:
-    """``gcp-storage-emulator`` on a free port, in memory; yields its URL."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [str(Path(sys.executable).with_name("gcp-storage-emulator")), "start", "--host", "127.0.0.1"]
-    with log.open("wb") as out:
-        process = subprocess.Popen([*command, "--port", str(port), "--in-memory"], stdout=out, stderr=out)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 1).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"gcp-storage-emulator did not start:\n{log.read_text()}") from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def jobs_by_task(dag_id: str, run_id: str, task_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -132,7 +102,7 @@ def run(spec: list[dict[str, Any]], results_path: Path) -> None:
         if any(entry.get("output") for entry in spec):
             output_dir = work / "cluster-output"  # the cluster's mount of the bucket
             output_dir.mkdir()
-            storage_host = stack.enter_context(storage_stand_in(work / "storage.log"))
+            storage_host = stack.enter_context(storage_stand_in(work / "storage.log")).url
             os.environ["STORAGE_EMULATOR_HOST"] = storage_host  # where google-cloud-storage reads
             mount = {"output_mount": f"{output_dir}={OUTPUT_URI}", "storage_host": storage_host}
         config = EmulatorConfig(

@@ -24,8 +24,8 @@ PREFIX = f"gs://{BUCKET}/runs"
 
 @pytest.fixture(scope="module")
 def storage_host() -> Iterator[str]:
-    with storage_stand_in() as url:
-        yield url
+    with storage_stand_in() as stand_in:
+        yield stand_in.url
 
 
 @pytest.fixture(scope="module")

@@ -30,8 +30,8 @@ OUTPUT_URI = f"gs://{BUCKET}/airflow"
 
 @pytest.fixture(scope="module")
 def storage_host() -> Iterator[str]:
-    with storage_stand_in() as url:
-        yield url
+    with storage_stand_in() as stand_in:
+        yield stand_in.url
 
 
 @pytest.fixture(scope="module", params=["builtin", pytest.param("slurmrestd", marks=pytest.mark.real_slurm)])
