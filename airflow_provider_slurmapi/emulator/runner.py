@@ -224,9 +224,13 @@ def _signal_group(process: asyncio.subprocess.Process, sig: signal.Signals) -> N
 
 
 def _with_parents(path: str) -> str:
-    """Slurm 24.11's slurmstepd creates an output file's missing directories (as the job's user)."""
-    parent = os.path.dirname(path)
-    if parent:
+    """Slurm 24.11's slurmstepd creates an output file's missing directories as the job's user, an
+    ordinary user: one who can create them under /tmp or a mount, never directly under /."""
+    parent = os.path.dirname(os.path.abspath(path))
+    existing = parent
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if existing != parent and existing != "/":
         try:
             os.makedirs(parent, exist_ok=True)
         except OSError:

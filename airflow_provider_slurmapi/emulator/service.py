@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import logging
 import shutil
 import tempfile
 import threading
@@ -21,6 +23,8 @@ from airflow_provider_slurmapi.emulator.output_mount import MountingBackend, Out
 from airflow_provider_slurmapi.emulator.request_log import RequestLog
 from airflow_provider_slurmapi.emulator.server import ClusterKey, ServerState, make_app
 from airflow_provider_slurmapi.emulator.slurmrestd import SlurmrestdBackend
+
+log = logging.getLogger(__name__)
 
 BACKENDS = ("builtin", "slurmrestd")
 
@@ -169,7 +173,11 @@ class Emulator:
             return
         if self._runner is not None:
             future = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
-            future.result(timeout=30)
+            try:
+                future.result(timeout=30)
+            except concurrent.futures.TimeoutError:  # stop anyway: a stuck handler must not outlive us
+                pending = [task.get_coro() for task in asyncio.all_tasks(self._loop)]
+                log.warning("the emulator's shutdown did not finish in 30 s; still running: %s", pending)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
         self._thread = None
