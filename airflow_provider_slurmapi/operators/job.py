@@ -227,7 +227,8 @@ class SlurmSubmitJobOperator(SlurmTaskMixin, BaseOperator):
             key,
         )
         ti.xcom_push(key="job_id", value=self.job_id)
-        if "array" not in job and job.get("standard_output"):  # the link works while the job runs
+        if submission.outcome == Outcome.SUBMITTED and "array" not in job and job.get("standard_output"):
+            # the link works while the job runs (a reattached job wrote where an earlier try said)
             self.show_output_link(
                 context, self.output_settings.location_of(expand_pattern(job["standard_output"], job_id=self.job_id))
             )
