@@ -97,7 +97,7 @@ Slurm 24.11 is up (chroot $ROOT).
                           X-SLURM-USER-TOKEN: <contents of $STATE/token>
   REST (unix socket, rest_auth/local, no auth headers; every request acts as $TUSER):
                           $ROOT/run/slurmrestd/slurmrestd.socket
-  partition: debug   cluster: $CLUSTER   account: $ACCOUNT   node: node1
+  partition: debug (default); urgent preempts it (requeue)   cluster: $CLUSTER   account: $ACCOUNT   node: node1
   env file:  $STATE/env   (source it: SLURMRESTD_URL, SLURM_USER_NAME, SLURM_JWT, ...)
   new token: chroot $ROOT scontrol token username=$TUSER lifespan=3600
   CLI:       chroot $ROOT squeue | sacct | scontrol show job N
@@ -213,8 +213,13 @@ AccountingStoreFlags=job_comment
 MinJobAge=$MIN_JOB_AGE
 KillWait=5
 ReturnToService=2
+# preemption by partition priority tier (only the "urgent" partition below outranks "debug")
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 NodeName=node1 NodeAddr=127.0.0.1 NodeHostname=$HN CPUs=$NCPU RealMemory=$MEM_MB State=UNKNOWN
 PartitionName=debug Nodes=node1 Default=YES MaxTime=INFINITE State=UP
+# a job in "urgent" (higher PriorityTier) preempts "debug" jobs on node1: requeued if they allow it, else cancelled
+PartitionName=urgent Nodes=node1 MaxTime=INFINITE PriorityTier=10 State=UP
 EOF
 echo 'CgroupPlugin=disabled' > "$ROOT/etc/slurm/cgroup.conf"
 cat > "$ROOT/etc/slurm/slurmdbd.conf" <<EOF
