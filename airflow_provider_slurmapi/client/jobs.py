@@ -224,6 +224,22 @@ def _slurmdb_job_id(job: dict[str, Any]) -> str:
     return str(job.get("job_id"))
 
 
+def latest_runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Accounting's job records with only the last run of each job.
+
+    A requeued job (``scontrol requeue``, a node failure or a preemption with ``requeue``) has one
+    record per run under the same ID, oldest first; the earlier ones end PENDING+REQUEUED,
+    NODE_FAIL or PREEMPTED with a lower ``restart_cnt``, and only the last one tells the outcome.
+    """
+    latest: dict[str, dict[str, Any]] = {}
+    for record in records:
+        key = _slurmdb_job_id(record)
+        kept = latest.get(key)
+        if kept is None or (_number(record.get("restart_cnt")) or 0) >= (_number(kept.get("restart_cnt")) or 0):
+            latest[key] = record
+    return list(latest.values())
+
+
 def _mask_to_ranges(mask: str, array: dict[str, Any]) -> str:
     """Accounting's task bitmap as the live queue's ``array_task_string`` ("0xE", limit 1 -> "1-3%1")."""
     try:

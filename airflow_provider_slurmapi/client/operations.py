@@ -23,7 +23,7 @@ from airflow_provider_slurmapi.client.errors import (
     SlurmErrorDetail,
     SlurmJobApiError,
 )
-from airflow_provider_slurmapi.client.jobs import JobStatus, select_job
+from airflow_provider_slurmapi.client.jobs import JobStatus, latest_runs, select_job
 from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION, JobId, SlurmPaths, base_job_id, validate_job_id
 from airflow_provider_slurmapi.client.retry import NO_RETRY, RetryPolicy
 from airflow_provider_slurmapi.client.submission import Outcome, Submission, carries_key, with_key
@@ -152,7 +152,7 @@ def find_job_by_key(paths: SlurmPaths, key: str, name: str | None = None, *, acc
     keyed = [job for job in keyed if carries_key(job, key)]
     if not keyed and accounting:
         reply = yield from _request(SlurmCall("GET", paths.accounting_jobs(name)))
-        listed = [JobStatus.from_slurmdb(j) for j in reply.body.get("jobs") or []]
+        listed = [JobStatus.from_slurmdb(j) for j in latest_runs(reply.body.get("jobs") or [])]
         keyed = [job for job in listed if carries_key(job, key)]
         if listed and not any(job.comment for job in listed):
             log.warning(
@@ -219,7 +219,7 @@ def get_job(paths: SlurmPaths, job_id: object) -> Operation:
 
 def get_accounting_job(paths: SlurmPaths, job_id: JobId) -> Operation:
     reply = yield from _request(SlurmCall("GET", paths.accounting_job(job_id)))
-    found = select_job(job_id, [JobStatus.from_slurmdb(j) for j in reply.body.get("jobs") or []])
+    found = select_job(job_id, [JobStatus.from_slurmdb(j) for j in latest_runs(reply.body.get("jobs") or [])])
     if found is None:
         raise JobNotFoundError(job_id)
     return found

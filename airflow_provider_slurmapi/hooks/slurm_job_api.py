@@ -21,7 +21,7 @@ from google.auth.transport.requests import AuthorizedSession
 from airflow_provider_slurmapi.client.aio import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.client.cluster import ClusterRef
 from airflow_provider_slurmapi.client.errors import InvalidArgumentError, JobNotFoundError, SlurmJobApiError
-from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.client.jobs import JobStatus, latest_runs
 from airflow_provider_slurmapi.client.output import OutputSettings, OutputTail, output_files
 from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION, validate_api_version
 from airflow_provider_slurmapi.client.retry import RetryPolicy
@@ -173,7 +173,7 @@ class SlurmJobApiHook(GoogleBaseHook):
         try:
             records = self.call("GET", self.client.paths.accounting_job(job_id)).get("jobs") or []
             if records:
-                return "slurmdb", records
+                return "slurmdb", latest_runs(records)  # a requeued job's final run
         except SlurmJobApiError as error:
             self.log.info("Accounting cannot tell about Slurm job %s: %s", job_id, error)
         try:
