@@ -147,15 +147,16 @@ class SlurmTaskMixin:
         ti = context["ti"]
         self.final_status = status
         try:  # the job's outcome is known: a report that fails must not change it
-            usage = self.final_usage = self.hook.get_job_usage(status.job_id)
+            records = self.hook.job_records(status.job_id)  # one read for usage and output
         except Exception as error:
-            usage = None
-            self.log.warning("Cannot read the usage of Slurm job %s: %s", status.job_id, error)
+            self.log.warning("Cannot read the records of Slurm job %s: %s", status.job_id, error)
+            return ""
+        usage = self.final_usage = self.hook.get_job_usage(status.job_id, records)
         if usage is not None:
             self.log.info("%s", usage.describe())
             ti.xcom_push(key="usage", value=usage.to_dict())
         try:
-            tails = self.hook.read_job_output(status.job_id, self.output_settings)
+            tails = self.hook.read_job_output(status.job_id, self.output_settings, records)
         except Exception as error:
             self.log.warning("Cannot read the output of Slurm job %s: %s", status.job_id, error)
             return ""

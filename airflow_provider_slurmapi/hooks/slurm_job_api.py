@@ -182,13 +182,18 @@ class SlurmJobApiHook(GoogleBaseHook):
             self.log.info("The live queue cannot tell about Slurm job %s: %s", job_id, error)
             return "slurm", []
 
-    def get_job_usage(self, job_id: str | int) -> JobUsage | None:
-        """Elapsed time, allocated TRES and GPU-hours from accounting; None without accounting."""
-        source, records = self.job_records(job_id)
+    def get_job_usage(
+        self, job_id: str | int, records: tuple[str, list[dict[str, Any]]] | None = None
+    ) -> JobUsage | None:
+        """Elapsed time, allocated TRES and GPU-hours from accounting; None without accounting.
+
+        ``records``: what ``job_records`` already gave for this job, so it is not read again.
+        """
+        source, records_read = records or self.job_records(job_id)
         if source != "slurmdb":
             self.log.info("No accounting record of Slurm job %s: its usage is unknown", job_id)
             return None
-        return JobUsage.from_accounting(str(job_id), records)
+        return JobUsage.from_accounting(str(job_id), records_read)
 
     def output_settings(self, **overrides: Any) -> OutputSettings:
         """The connection's ``output_uri`` and ``output_cluster_path``, then ``overrides`` (``uri``,
@@ -199,20 +204,24 @@ class SlurmJobApiHook(GoogleBaseHook):
         return replace(connection, **{name: value for name, value in overrides.items() if value is not None})
 
     def read_job_output(
-        self, job_id: str | int, settings: OutputSettings | None = None, **overrides: Any
+        self,
+        job_id: str | int,
+        settings: OutputSettings | None = None,
+        records: tuple[str, list[dict[str, Any]]] | None = None,
+        **overrides: Any,
     ) -> list[OutputTail]:
         """The last lines of the job's stdout and stderr (the failed array tasks' first).
 
         ``settings`` default to the connection's (see ``output_settings``, which ``overrides``
-        feed). A file Airflow cannot read, a missing object or a refused read becomes the tail's
-        ``problem``; this never raises for them.
+        feed); ``records`` is what ``job_records`` already gave. A file Airflow cannot read, a
+        missing object or a refused read becomes the tail's ``problem``; this never raises for them.
         """
         from airflow_provider_slurmapi.hooks.output_reader import OutputReader
 
         settings = settings or self.output_settings(**overrides)
-        source, records = self.job_records(job_id)
+        source, records_read = records or self.job_records(job_id)
         reader = OutputReader(settings, gcs_hook=self._gcs_hook, principal=self._principal)
-        return reader.tails(output_files(records, source=source))
+        return reader.tails(output_files(records_read, source=source))
 
     def _gcs_hook(self) -> Any:
         from airflow.providers.google.cloud.hooks.gcs import GCSHook
