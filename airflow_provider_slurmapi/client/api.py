@@ -54,6 +54,10 @@ class SlurmJobApiOperations:
         """The job's ``JobStatus``, from the live queue or, once it left it, from accounting."""
         return self._run(operations.get_job(self.paths, job_id))
 
+    def describe_requeue(self, status: Any) -> Any:
+        """The log line for a job (``JobStatus``) seen requeued, naming how its last run ended."""
+        return self._run(operations.describe_requeue(self.paths, status))
+
     def job_states(self, job_ids: list[str]) -> Any:
         """``{record_id: [state, flags...]}`` of many jobs in as few calls as fit; absent if unknown."""
         return self._run(operations.job_states(self.paths, job_ids))

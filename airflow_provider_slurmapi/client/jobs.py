@@ -27,6 +27,15 @@ FINISHED_STATES = frozenset(
         "REVOKED",
     }
 )
+# A pending job held by its user (``hold``, ``scontrol requeuehold``) or an administrator: it
+# waits until someone runs ``scontrol release``.
+HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
+# Ends that say the cluster took the job's node or slot away, not that the job's code failed.
+INTERRUPTION_CAUSES = {
+    "NODE_FAIL": "a node it ran on failed",
+    "PREEMPTED": "it was preempted for a job of higher priority",
+    "BOOT_FAIL": "its node failed to boot",
+}
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,8 @@ class JobStatus:
     name: str = ""
     comment: str = ""
     source: str = "slurm"  # "slurm" (live queue), "slurmdb" (accounting) or "state" (bulk state list)
+    restarts: int = 0  # Slurm's restart_cnt: how often the job was requeued (the bulk state list has none)
+    held: bool = False  # pending until someone releases it
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -127,15 +138,21 @@ class JobStatus:
         cls, job: dict[str, Any], *, job_id: str, states: list[str], reason: Any, comment: Any, **more: Any
     ) -> JobStatus:
         """What /slurm and /slurmdb name alike; the callers read what they name differently."""
+        reason = reason if reason and reason != "None" else None
+        state = states[0] if states else "UNKNOWN"
+        # REQUEUE_HOLD is a state flag of older Slurm; 24.11 shows a requeuehold as JobHeldUser
+        held = state == "PENDING" and (reason in HELD_REASONS or "REQUEUE_HOLD" in states)
         return cls(
             job_id=job_id,
-            state=states[0] if states else "UNKNOWN",
+            state=state,
             flags=tuple(states[1:]),
-            reason=reason if reason and reason != "None" else None,
+            reason=reason,
             exit_code=ExitCode.from_reply(job.get("exit_code")),
             derived_exit_code=ExitCode.from_reply(job.get("derived_exit_code")),
             name=str(job.get("name") or ""),
             comment=str(comment or ""),
+            restarts=_number(job.get("restart_cnt")) or 0,
+            held=held,
             **more,
         )
 
@@ -157,6 +174,11 @@ class JobStatus:
         return self.state == "COMPLETED" and (self.exit_code is None or self.exit_code.is_zero)
 
     @property
+    def is_interrupted(self) -> bool:
+        """It ended because the cluster took its node or slot away (and Slurm did not requeue it)."""
+        return self.is_finished and self.state in INTERRUPTION_CAUSES
+
+    @property
     def effective_exit_code(self) -> ExitCode | None:
         """The exit code worth showing, or None when Slurm's SUCCESS/0 means nothing.
 
@@ -174,10 +196,19 @@ class JobStatus:
             parts[0] += f" ({', '.join(self.flags)})"
         if self.reason:
             parts.append(f"reason: {self.reason}")
+        if self.held:
+            parts.append(f"held: it will not start until released (scontrol release {self.job_id})")
+        if self.restarts:
+            parts.append(f"requeued {self.restarts} time{'s' if self.restarts > 1 else ''}")
         if self.is_finished and self.effective_exit_code is not None:
             parts.append(str(self.effective_exit_code))
         if self.is_finished and self.derived_exit_code is not None and not self.derived_exit_code.is_zero:
             parts.append(f"derived (worst step) {self.derived_exit_code}")
+        if self.is_interrupted:
+            parts.append(
+                f"the job's work was interrupted ({INTERRUPTION_CAUSES[self.state]}) and Slurm did not requeue it; "
+                "its own code did not fail. A retry of the task submits a new job"
+            )
         return "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -238,6 +269,26 @@ def latest_runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if kept is None or (_number(record.get("restart_cnt")) or 0) >= (_number(kept.get("restart_cnt")) or 0):
             latest[key] = record
     return list(latest.values())
+
+
+def run_that_ended(records: list[dict[str, Any]], job_id: str, restarts: int) -> str | None:
+    """How the run before restart ``restarts`` of ``job_id`` ended, from accounting's records:
+    ``NODE_FAIL on node1``, ``PREEMPTED on node1``, ``REQUEUED on node1`` (``scontrol requeue``);
+    None while accounting has no record of its end."""
+    earlier = [r for r in records if _slurmdb_job_id(r) == job_id and (_number(r.get("restart_cnt")) or 0) < restarts]
+    if not earlier:
+        return None
+    run = max(earlier, key=lambda r: _number(r.get("restart_cnt")) or 0)
+    state = run.get("state") or {}
+    states = _state_list(state.get("current") if isinstance(state, dict) else state)
+    if "REQUEUED" in states:
+        cause = "REQUEUED"
+    elif states and states[0] not in ACTIVE_STATES:
+        cause = states[0]
+    else:
+        return None  # accounting has not caught up: the run still reads as going on
+    nodes = run.get("nodes")
+    return f"{cause} on {nodes}" if nodes and nodes != "None assigned" else cause
 
 
 def _mask_to_ranges(mask: str, array: dict[str, Any]) -> str:

@@ -23,7 +23,7 @@ from airflow_provider_slurmapi.client.errors import (
     SlurmErrorDetail,
     SlurmJobApiError,
 )
-from airflow_provider_slurmapi.client.jobs import JobStatus, latest_runs, select_job
+from airflow_provider_slurmapi.client.jobs import JobStatus, latest_runs, run_that_ended, select_job
 from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION, JobId, SlurmPaths, base_job_id, validate_job_id
 from airflow_provider_slurmapi.client.retry import NO_RETRY, RetryPolicy
 from airflow_provider_slurmapi.client.submission import Outcome, Submission, carries_key, with_key
@@ -223,6 +223,27 @@ def get_accounting_job(paths: SlurmPaths, job_id: JobId) -> Operation:
     if found is None:
         raise JobNotFoundError(job_id)
     return found
+
+
+def describe_requeue(paths: SlurmPaths, status: JobStatus) -> Operation:
+    """The log line for a job seen requeued: ``Slurm job 12 was requeued (restart 1): NODE_FAIL on node1``.
+
+    The live record keeps no trace of why; accounting's record of the run that ended does. When
+    accounting lags or cannot be read the cause is left out: a log line never fails a wait.
+    """
+    job_id = validate_job_id(status.job_id)
+    line = f"Slurm job {job_id} was requeued (restart {status.restarts})"
+    try:
+        reply = yield from _request(SlurmCall("GET", paths.accounting_job(job_id)))
+    except SlurmJobApiError as error:
+        log.debug("No requeue cause for Slurm job %s: %s", job_id, error)
+        reply = None
+    cause = run_that_ended(reply.body.get("jobs") or [], job_id, status.restarts) if reply else None
+    if cause:
+        line += f": {cause}"
+    if status.held:
+        return f"{line}; it is held ({status.reason}) and runs again only once released (scontrol release {job_id})"
+    return f"{line}; it will run again from the start"
 
 
 # Longest bulk state query path; about 1,000 seven-digit job IDs. Longer lists are split.

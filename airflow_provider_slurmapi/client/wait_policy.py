@@ -2,19 +2,26 @@
 
 It decides what each read means: keep waiting, finished, lost (missing from both the live queue
 and accounting for ``lost_grace`` s, since accounting can lag), or a state this provider does not
-know that lasted as long; and when the deadline is reached. It does no I/O and reads no clock:
+know that lasted as long; when the deadline is reached; and what is worth telling the user: a
+requeue (once each), a hold (when first seen, then every ``HELD_REPORT_SECONDS``).
+
+A requeued job is never finished: Slurm puts it back to PENDING (at most briefly with COMPLETING)
+with a higher ``restart_cnt``, and runs it again from the start. It does no I/O and reads no clock:
 each caller reads the job and sleeps its own way. Times are epoch seconds, so a sensor that is
 rescheduled between reads can keep ``astray_since`` and carry the policy on.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import Any
 
 from airflow_provider_slurmapi.client.errors import JobLostError, UnknownJobStateError
 from airflow_provider_slurmapi.client.jobs import JobStatus
 
 LOST_JOB_GRACE = 300.0  # seconds a job may be missing from both queue and accounting (accounting lags)
+HELD_REPORT_SECONDS = 600.0  # a held job is reported when first seen, then at most this often
 
 
 @dataclass(frozen=True)
@@ -24,6 +31,14 @@ class Verdict:
     status: JobStatus | None
     finished: bool = False
     changed: bool = False  # the state or reason differs from the last read's: worth a log line
+    requeued: bool = False  # Slurm requeued the job since the last read that said so
+    report_held: bool = False  # the job is held, and the user has not been told for a while
+
+    def progress(self) -> tuple[int, str] | None:
+        """What this read of a job still waited for is worth a log line: (level, line), or None."""
+        if self.status is None or not (self.report_held or self.changed):
+            return None
+        return (logging.WARNING if self.report_held else logging.INFO), self.status.describe()
 
     def warning(self, job_id: str) -> str | None:
         if self.status is None:
@@ -40,6 +55,8 @@ class JobWaitPolicy:
     deadline: float | None = None  # epoch seconds
     # epoch time of the first of the reads in a row that found the job nowhere or in an unknown state
     astray_since: float | None = None
+    restarts: int = 0  # requeues already reported
+    held_reported_at: float | None = None  # epoch time the hold was last reported
     _last: tuple[str, str | None] | None = None
 
     def judge(self, status: JobStatus | None, now: float) -> Verdict:
@@ -53,9 +70,22 @@ class JobWaitPolicy:
             self.astray_since = None
         elif self._astray_too_long(now):
             raise UnknownJobStateError(status.job_id, status.state, self.lost_grace)
-        changed = (status.state, status.reason) != self._last
-        self._last = (status.state, status.reason)
-        return Verdict(status, finished=status.is_finished, changed=changed)
+        # the bulk state list carries no reason: the last one read stays true until a full read
+        reason = self._last[1] if status.source == "state" and self._last else status.reason
+        changed = (status.state, reason) != self._last
+        self._last = (status.state, reason)
+        requeued = status.restarts > self.restarts
+        self.restarts = max(self.restarts, status.restarts)
+        report_held = status.held and (
+            self.held_reported_at is None or now - self.held_reported_at >= HELD_REPORT_SECONDS
+        )
+        if report_held:
+            self.held_reported_at = now
+        return Verdict(status, finished=status.is_finished, changed=changed, requeued=requeued, report_held=report_held)
+
+    def memory(self) -> dict[str, Any]:
+        """What a new policy needs to carry this wait on (a sensor rescheduled between reads)."""
+        return {"astray_since": self.astray_since, "restarts": self.restarts, "held_reported_at": self.held_reported_at}
 
     def time_left(self, now: float) -> float | None:
         """Seconds until the deadline (0 once reached), or None without one."""

@@ -133,7 +133,8 @@ class SlurmJobApiHook(GoogleBaseHook):
 
         A job missing from both the live queue and accounting is looked for ``lost_grace`` s (accounting
         can lag) before ``JobLostError``; a state this provider does not know is waited out as long
-        before ``UnknownJobStateError``.
+        before ``UnknownJobStateError``. A requeued job is waited for until its last run ends; each
+        requeue is logged once, a hold when first seen and then every 10 minutes.
         """
         policy = JobWaitPolicy(
             str(job_id), lost_grace=lost_grace, deadline=None if timeout is None else time.time() + timeout
@@ -144,8 +145,10 @@ class SlurmJobApiHook(GoogleBaseHook):
                 self.log.warning("%s", verdict.warning(str(job_id)))
             elif verdict.finished:
                 return verdict.status
-            elif verdict.changed:
-                self.log.info("%s", verdict.status.describe())
+            elif verdict.requeued:
+                self.log.warning("%s", self.client.describe_requeue(verdict.status))
+            if progress := verdict.progress():
+                self.log.log(progress[0], "%s", progress[1])
             pause = policy.pause(poll_interval, time.time())
             if pause is None:
                 shown = verdict.status.describe() if verdict.status else "not found"

@@ -24,8 +24,9 @@ from airflow_provider_slurmapi.slurm_task import (
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
 
-# Where Airflow 3.3+'s task state store keeps, across reschedules, since when the job is astray.
-ASTRAY_SINCE_KEY = "slurm_job_astray_since"
+# Where Airflow 3.3+'s task state store keeps the wait's memory across reschedules: since when
+# the job is astray, the requeues and the hold already reported.
+WAIT_MEMORY_KEY = "slurm_job_wait"
 
 
 class SlurmJobSensor(SlurmTaskMixin, BaseSensorOperator):
@@ -92,7 +93,7 @@ class SlurmJobSensor(SlurmTaskMixin, BaseSensorOperator):
         self.deferrable = deferrable
         self.shared_polling = shared_polling
         self.lost_grace = lost_grace
-        self._astray_since: float | None = None  # between pokes of one instance (mode="poke")
+        self._wait_memory: dict[str, Any] | None = None  # between pokes of one instance (mode="poke")
 
     def execute(self, context: Context) -> Any:
         self.output_settings  # noqa: B018 - the connection's output settings, refused now if bad
@@ -106,9 +107,12 @@ class SlurmJobSensor(SlurmTaskMixin, BaseSensorOperator):
         verdict = self._judge_next_read(context)
         if verdict.status is None:
             return False
-        self.log.info("%s", verdict.status.describe())
         if not verdict.finished:
+            progress = verdict.progress()
+            if progress:
+                self.log.log(progress[0], "%s", progress[1])
             return False
+        self.log.info("%s", verdict.status.describe())
         self._finish(context, verdict.status)
         return True
 
@@ -119,11 +123,11 @@ class SlurmJobSensor(SlurmTaskMixin, BaseSensorOperator):
 
     def _judge_next_read(self, context: Context) -> Verdict:
         store = context.get("task_state_store")  # Airflow 3.3+
-        kept = self._astray_since
+        kept = self._wait_memory
         if kept is None and store is not None:
-            stored = store.get(ASTRAY_SINCE_KEY)
-            kept = float(stored) if isinstance(stored, (int, float)) else None
-        policy = JobWaitPolicy(str(self.job_id), lost_grace=self.lost_grace, astray_since=kept)
+            stored = store.get(WAIT_MEMORY_KEY)
+            kept = stored if isinstance(stored, dict) else None
+        policy = JobWaitPolicy(str(self.job_id), lost_grace=self.lost_grace, **(kept or {}))
         try:
             while True:
                 verdict = policy.judge(self.hook.find_job(str(self.job_id)), time.time())
@@ -133,19 +137,21 @@ class SlurmJobSensor(SlurmTaskMixin, BaseSensorOperator):
                     break
                 time.sleep(self.poke_interval)  # nothing is kept across reschedules: wait it out here
         except (JobLostError, UnknownJobStateError):
-            self._keep_astray_since(store, kept, None)
+            self._keep(store, kept, None)
             raise
-        self._keep_astray_since(store, kept, policy.astray_since)
+        if verdict.requeued and verdict.status is not None:
+            self.log.warning("%s", self.hook.client.describe_requeue(verdict.status))
+        self._keep(store, kept, policy.memory())
         return verdict
 
-    def _keep_astray_since(self, store: Any, kept: float | None, since: float | None) -> None:
-        self._astray_since = since
-        if store is None or since == kept:
+    def _keep(self, store: Any, kept: dict[str, Any] | None, memory: dict[str, Any] | None) -> None:
+        self._wait_memory = memory
+        if store is None or memory == kept:
             return
-        if since is None:
-            store.delete(ASTRAY_SINCE_KEY)
+        if memory is None:
+            store.delete(WAIT_MEMORY_KEY)
         else:
-            store.set(ASTRAY_SINCE_KEY, since)
+            store.set(WAIT_MEMORY_KEY, memory)
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> None:
         if event and event.get("status") == "timeout":

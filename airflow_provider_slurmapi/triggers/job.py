@@ -132,10 +132,14 @@ class SlurmJobTrigger(BaseTrigger):
                 continue
             if verdict.status is None:
                 self.log.warning("%s", verdict.warning(self.job_id))
-            elif verdict.finished or verdict.changed:
+                continue
+            if verdict.finished:
                 self.log.info("%s", verdict.status.describe())
-            if verdict.finished and verdict.status is not None:
                 return TriggerEvent({"status": "finished", "job": verdict.status.to_dict()})
+            if verdict.requeued:
+                self.log.warning("%s", await reader.client.describe_requeue(verdict.status))
+            if progress := verdict.progress():
+                self.log.log(progress[0], "%s", progress[1])
 
     async def _read(self, reader: JobReader | SharedJobReader) -> JobStatus | None:
         try:

@@ -4,7 +4,9 @@ that watches a job of the same cluster, with the same credentials, in one trigge
 A shared poller asks for the state of all watched jobs in one call per interval
 (``GET /slurm/vX/jobs/state/?job_id=1&job_id=2...``). A trigger reads its job's full status by
 itself only when the answer says the job finished or does not list it (a job that left the live
-queue is then read from accounting). If the API refuses the query, every trigger falls back to
+queue is then read from accounting), and for a pending job, since the answer shows neither holds
+nor requeues: when it is first seen pending, when it went back to pending (a requeue), and every
+``HELD_REPORT_SECONDS`` while it stays pending. If the API refuses the query, every trigger falls back to
 reading its job by itself, and the poller says so once in the log.
 """
 
@@ -14,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +25,7 @@ from airflow_provider_slurmapi.client.aio import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.client.errors import BulkStateQueryUnsupported, SlurmJobApiError
 from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.client.paths import base_job_id
+from airflow_provider_slurmapi.client.wait_policy import HELD_REPORT_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +147,8 @@ class SharedJobReader:
         self.client = client
         self._alone: JobReader | None = None
         self._has_read = False
+        self._last_state: str | None = None  # the state the last tick gave, if it listed the job
+        self._read_in_full_at: float | None = None  # monotonic time of the last full read while pending
 
     async def next_status(self, job_id: str) -> JobStatus:
         """The job's status at the poller's next tick: its summary while the job is active, else
@@ -155,7 +161,20 @@ class SharedJobReader:
         if tick.error is not None:
             raise tick.error
         self._has_read = True
-        return tick.active.get(job_id) or await self.client.get_job(job_id)
+        summary = tick.active.get(job_id)
+        last_state, self._last_state = self._last_state, summary.state if summary else None
+        if summary is not None and not self._worth_reading_in_full(summary, last_state):
+            return summary
+        if summary is not None:
+            self._read_in_full_at = time.monotonic()
+        return await self.client.get_job(job_id)
+
+    def _worth_reading_in_full(self, summary: JobStatus, last_state: str | None) -> bool:
+        """A pending job first seen, back to pending (requeued) or not read in full for a while."""
+        if summary.state != "PENDING":
+            return False
+        read_at = self._read_in_full_at
+        return read_at is None or last_state != "PENDING" or time.monotonic() - read_at >= HELD_REPORT_SECONDS
 
 
 def statuses_from_states(states: dict[str, list[str]]) -> dict[str, JobStatus]:

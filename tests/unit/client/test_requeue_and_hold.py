@@ -1,0 +1,186 @@
+"""Requeued, preempted, failed-node and held jobs, read from the replies real Slurm 24.11 gave
+(``tests/fixtures/capture_requeue.py``): what each read means and what the user is told."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_slurmapi.client.envelope import SlurmReply
+from airflow_provider_slurmapi.client.jobs import JobStatus, run_that_ended, select_job
+from airflow_provider_slurmapi.client.operations import describe_requeue
+from airflow_provider_slurmapi.client.paths import SlurmPaths
+from airflow_provider_slurmapi.client.wait_policy import HELD_REPORT_SECONDS, JobWaitPolicy
+from airflow_provider_slurmapi.triggers.polling import SharedJobReader, Tick, statuses_from_states
+from tests.unit.client.conftest import FIXTURES
+
+# case, job ID: every live reply real Slurm gave, in the order it gave them
+REQUEUED_CASES = {
+    "requeue_running": "325",
+    "requeuehold_running": "326",
+    "node_down_requeue": "328",
+    "preempt_low": "334",
+}
+
+
+def live_replies(case: str, prefix: str = "") -> list[dict[str, Any]]:
+    files = sorted(
+        FIXTURES.glob(f"{prefix}{case}_[0-9]*.json"), key=lambda f: int(f.name[len(prefix + case) + 1 :].split("_")[0])
+    )
+    return [json.loads(f.read_text()) for f in files if "http_" not in f.name]
+
+
+def live_statuses(case: str, job_id: str) -> list[JobStatus]:
+    found = [select_job(job_id, [JobStatus.from_slurm(j) for j in reply["jobs"]]) for reply in live_replies(case)]
+    return [status for status in found if status is not None]
+
+
+@pytest.mark.parametrize(("case", "job_id"), sorted(REQUEUED_CASES.items()))
+def test_a_requeued_job_is_never_finished_until_its_last_run_ends(case: str, job_id: str) -> None:
+    statuses = live_statuses(case, job_id)
+    policy = JobWaitPolicy(job_id)
+    verdicts = [policy.judge(status, now=float(i)) for i, status in enumerate(statuses)]
+    assert [v.finished for v in verdicts] == [False] * (len(verdicts) - 1) + [True]
+    assert sum(v.requeued for v in verdicts) == 1  # logged once, at the first reply after the requeue
+    requeued = next(v.status for v in verdicts if v.requeued)
+    assert requeued is not None and (requeued.state, requeued.restarts) == ("PENDING", 1)
+    final = verdicts[-1].status
+    assert final is not None and (final.state, final.is_success, final.restarts) == ("COMPLETED", True, 1)
+    assert "requeued 1 time" in final.describe()
+
+
+def test_requeuehold_is_held_until_released(slurm_fixture) -> None:
+    held = JobStatus.from_slurm(slurm_fixture("requeuehold_running_3_pending_completing_jobhelduser.json")["jobs"][0])
+    assert (held.state, held.flags, held.reason, held.held, held.restarts) == (
+        "PENDING",
+        ("COMPLETING",),
+        "JobHeldUser",
+        True,
+        1,
+    )
+    released = JobStatus.from_slurm(slurm_fixture("requeuehold_running_6_pending_begintime.json")["jobs"][0])
+    assert (released.reason, released.held) == ("BeginTime", False)
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("hold_at_submit_1_pending_jobhelduser.json", "JobHeldUser"),
+        ("hold_pending_3_pending_jobheldadmin.json", "JobHeldAdmin"),
+    ],
+)
+def test_a_held_job_says_so_and_how_to_release_it(slurm_fixture, name: str, reason: str) -> None:
+    status = JobStatus.from_slurm(slurm_fixture(name)["jobs"][0])
+    assert (status.held, status.reason) == (True, reason)
+    assert (
+        f"reason: {reason}; held: it will not start until released (scontrol release {status.job_id})"
+        in status.describe()
+    )
+
+
+def test_a_held_job_is_reported_when_first_seen_then_every_ten_minutes(slurm_fixture) -> None:
+    held = JobStatus.from_slurm(slurm_fixture("hold_pending_3_pending_jobheldadmin.json")["jobs"][0])
+    policy = JobWaitPolicy(held.job_id)
+    times = [0.0, 30.0, HELD_REPORT_SECONDS - 1, HELD_REPORT_SECONDS, HELD_REPORT_SECONDS + 30]
+    reports = [policy.judge(held, now).report_held for now in times]
+    assert reports == [True, False, False, True, False]
+    level, line = policy.judge(held, 2 * HELD_REPORT_SECONDS).progress() or (None, "")
+    assert level == logging.WARNING and "held" in line
+
+
+def test_a_job_ended_by_a_node_failure_says_its_work_was_interrupted(slurm_fixture) -> None:
+    status = JobStatus.from_slurm(slurm_fixture("node_down_no_requeue_3_node_fail_nodedown.json")["jobs"][0])
+    assert (status.state, status.reason, status.is_finished, status.is_interrupted) == (
+        "NODE_FAIL",
+        "NodeDown",
+        True,
+        True,
+    )
+    text = status.describe()
+    assert text.startswith(f"Slurm job {status.job_id} is NODE_FAIL; reason: NodeDown; killed by signal 1 (SIGHUP)")
+    assert "work was interrupted (a node it ran on failed) and Slurm did not requeue it" in text
+    assert "its own code did not fail" in text and "A retry of the task submits a new job" in text
+
+
+def test_a_failed_job_is_not_called_interrupted(slurm_fixture) -> None:
+    status = JobStatus.from_slurm(slurm_fixture("job_failed.json")["jobs"][0])
+    assert status.is_interrupted is False and "interrupted" not in status.describe()
+
+
+@pytest.mark.parametrize(
+    ("name", "job_id", "cause"),
+    [
+        ("slurmdb_requeue_running_final.json", "325", "REQUEUED on node1"),
+        ("slurmdb_node_down_requeue_final.json", "328", "NODE_FAIL on node1"),
+        ("slurmdb_preempt_low_final.json", "334", "PREEMPTED on node1"),
+        ("slurmdb_requeue_running_2_running.json", "325", None),  # accounting has no earlier run yet
+    ],
+)
+def test_how_the_run_before_a_requeue_ended(slurm_fixture, name: str, job_id: str, cause: str | None) -> None:
+    assert run_that_ended(slurm_fixture(name)["jobs"], job_id, restarts=1) == cause
+
+
+def test_the_requeue_line_names_the_cause_read_from_accounting(slurm_fixture) -> None:
+    status = JobStatus.from_slurm(slurm_fixture("node_down_requeue_2_pending.json")["jobs"][0])
+    operation = describe_requeue(SlurmPaths(), status)
+    call = next(operation)
+    assert (call.method, call.path) == ("GET", "/slurmdb/v0.0.42/job/328")
+    with pytest.raises(StopIteration) as done:
+        operation.send(SlurmReply(200, slurm_fixture("slurmdb_node_down_requeue_2_node_fail_pending.json")))
+    assert (
+        done.value.value
+        == "Slurm job 328 was requeued (restart 1): NODE_FAIL on node1; it will run again from the start"
+    )
+
+
+# --- the shared poller's answers carry neither holds nor requeues: when a trigger reads in full ---
+
+
+class FakePoller:
+    unsupported = False
+    interval = 1.0
+
+    def __init__(self, ticks: list[Tick]) -> None:
+        self.ticks = iter(ticks)
+
+    async def next_tick(self) -> Tick:
+        return next(self.ticks)
+
+
+class FakeClient:
+    def __init__(self, statuses: list[JobStatus]) -> None:
+        self.statuses = iter(statuses)
+        self.reads = 0
+
+    async def get_job(self, job_id: str) -> JobStatus:
+        self.reads += 1
+        return next(self.statuses)
+
+
+def tick(path: Path) -> Tick:
+    states = {str(j["job_id"]): j["state"] for j in json.loads(path.read_text())["jobs"]}
+    return Tick(active={k: v for k, v in statuses_from_states(states).items() if v.is_active})
+
+
+def test_the_shared_reader_reads_in_full_when_a_job_goes_back_to_pending() -> None:
+    # real bulk answers for scontrol requeue: PENDING, RUNNING, [PENDING, COMPLETING], PENDING, RUNNING
+    ticks = [tick(p) for p in sorted(FIXTURES.glob("jobs_state_requeue_running_[1-5]_*.json"))]
+    full = live_statuses("requeue_running", "325")
+    pending, requeued = full[0], next(s for s in full if s.restarts == 1)
+    client = FakeClient([pending, requeued])
+    reader = SharedJobReader(FakePoller(ticks), client)  # type: ignore[arg-type]
+    policy = JobWaitPolicy("325")
+
+    async def read_all() -> list[Any]:
+        return [policy.judge(await reader.next_status("325"), now=float(i)) for i in range(len(ticks))]
+
+    verdicts = asyncio.run(read_all())
+    assert client.reads == 2  # first seen pending (a hold would show), and back to pending
+    assert [v.status.state for v in verdicts] == ["PENDING", "RUNNING", "PENDING", "PENDING", "RUNNING"]
+    assert [v.requeued for v in verdicts] == [False, False, True, False, False]
+    assert [v.changed for v in verdicts] == [True, True, True, False, True]  # a bulk answer keeps the reason
