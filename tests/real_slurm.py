@@ -36,6 +36,13 @@ class RealSlurm:
         """Where a path seen by jobs (inside the chroot) is on this machine."""
         return self.chroot / path.lstrip("/")
 
+    def admin(self, *command: str) -> str:
+        """A Slurm command run as root inside the chroot (``scontrol``, ``sinfo``): what an administrator does."""
+        result = subprocess.run(["chroot", str(self.chroot), *command], capture_output=True, text=True, timeout=60)
+        if result.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed (rc {result.returncode}): {result.stderr.strip()}")
+        return result.stdout
+
     def emulator_config(self, **settings: Any) -> EmulatorConfig:
         """An emulator that forwards every call to this Slurm."""
         return EmulatorConfig(

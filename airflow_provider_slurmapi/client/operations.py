@@ -243,7 +243,7 @@ def describe_requeue(paths: SlurmPaths, status: JobStatus) -> Operation:
         line += f": {cause}"
     if status.held:
         return f"{line}; it is held ({status.reason}) and runs again only once released (scontrol release {job_id})"
-    return f"{line}; it will run again from the start"
+    return f"{line}; it {'ran' if status.is_finished else 'will run'} again from the start"
 
 
 # Longest bulk state query path; about 1,000 seven-digit job IDs. Longer lists are split.

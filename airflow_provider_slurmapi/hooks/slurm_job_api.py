@@ -143,10 +143,10 @@ class SlurmJobApiHook(GoogleBaseHook):
             verdict = policy.judge(self.find_job(job_id), time.time())
             if verdict.status is None:
                 self.log.warning("%s", verdict.warning(str(job_id)))
-            elif verdict.finished:
-                return verdict.status
-            elif verdict.requeued:
+            elif verdict.requeued:  # told even when first noticed at the end
                 self.log.warning("%s", self.client.describe_requeue(verdict.status))
+            if verdict.finished and verdict.status is not None:
+                return verdict.status
             if progress := verdict.progress():
                 self.log.log(progress[0], "%s", progress[1])
             pause = policy.pause(poll_interval, time.time())

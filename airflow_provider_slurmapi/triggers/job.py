@@ -133,11 +133,11 @@ class SlurmJobTrigger(BaseTrigger):
             if verdict.status is None:
                 self.log.warning("%s", verdict.warning(self.job_id))
                 continue
+            if verdict.requeued:  # told even when first noticed at the end
+                self.log.warning("%s", await reader.client.describe_requeue(verdict.status))
             if verdict.finished:
                 self.log.info("%s", verdict.status.describe())
                 return TriggerEvent({"status": "finished", "job": verdict.status.to_dict()})
-            if verdict.requeued:
-                self.log.warning("%s", await reader.client.describe_requeue(verdict.status))
             if progress := verdict.progress():
                 self.log.log(progress[0], "%s", progress[1])
 

@@ -26,6 +26,7 @@ from tests.conftest import connection_json
 from tests.real_slurm import RealSlurm
 
 BACKENDS = ("builtin", "slurmrestd")
+NODE = "node1"  # the real cluster's one node
 
 # (method, path with job ids as {id}, Slurm HTTP status) -> the replies seen, per scenario
 ReplyKey = tuple[str, str, str, int]
@@ -74,6 +75,7 @@ class Cluster:
     hook: SlurmJobApiHook
     recorder: Recorder
     real: RealSlurm | None = None  # None for the built-in backend
+    emulator: Emulator | None = None
     submitted: list[str] = field(default_factory=list)
 
     def host_path(self, path: str) -> Path:
@@ -99,6 +101,50 @@ class Cluster:
                 raise TimeoutError(f"job {job_id} never reached {state}: {status.describe()}")
             time.sleep(0.5)
 
+    def act(self, action: str, job_id: str) -> None:
+        """What the cluster or an administrator does to a job: ``requeue``, ``requeuehold``, ``hold``,
+        ``release``, ``node_fail`` (its node goes DOWN) or ``preempt`` (a job of a higher-tier
+        partition needs its node). Real Slurm gets the real command; the built-in backend plays it
+        through the emulator's control."""
+        if self.real is None:
+            assert self.emulator is not None
+            self.emulator.control(job_id, action)
+        elif action == "node_fail":
+            self.real.admin("scontrol", "update", f"nodename={NODE}", "state=down", "reason=scenario")
+            self._node_back()
+        elif action == "preempt":  # submitted as an administrator would, so the hook records no reply of it
+            cpus = str(self.node_cpus())
+            self.real.admin("sbatch", "-p", "urgent", "-c", cpus, "-o", "/dev/null", "--wrap", "sleep 2")
+        else:
+            self.real.admin("scontrol", action, job_id)
+
+    def _node_back(self, timeout: float = 60) -> None:
+        """ReturnToService=2 returns the node by itself within seconds; resume it if not."""
+        assert self.real is not None
+        deadline = time.monotonic() + timeout
+        while "down" in self.real.admin("sinfo", "-h", "-n", NODE, "-o", "%T") and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if "down" in self.real.admin("sinfo", "-h", "-n", NODE, "-o", "%T"):
+            self.real.admin("scontrol", "update", f"nodename={NODE}", "state=resume")
+
+    def start_now(self, job_id: str) -> None:
+        """A requeued job waits out a begin time (real Slurm: about 121 s after the requeue; the
+        built-in backend's ``requeue_delay``); an administrator can let it start at once."""
+        if self.real is None:
+            return
+        deadline = time.monotonic() + 60
+        while not self._back_to_pending(job_id) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        self.real.admin("scontrol", "update", f"jobid={job_id}", "starttime=now")
+
+    def _back_to_pending(self, job_id: str) -> bool:
+        status = self.hook.get_job(job_id)
+        return status.state == "PENDING" and not status.flags and status.restarts > 0
+
+    def node_cpus(self) -> int:
+        """All the CPUs of the node, so that a job of a higher tier must preempt a job asking for them."""
+        return int(self.real.admin("sinfo", "-h", "-n", NODE, "-o", "%c").split()[0]) if self.real else 1
+
     def cleanup(self) -> None:
         """Cancel whatever a failed scenario left behind, so it cannot hold the node."""
         for job_id in self.submitted:
@@ -113,7 +159,10 @@ def _emulator_config(backend: str, request: pytest.FixtureRequest, work: Any) ->
     common = {"key_file": work / "key.json", "state_dir": work / "jobs"}
     if backend == "builtin":
         # the real cluster's MinJobAge and scheduler delay; a minute of time limit lasts 5 s
-        return EmulatorConfig(min_job_age=10, sched_delay=2, seconds_per_minute=5, kill_wait=1, **common)
+        # requeue_delay: the begin time of a requeued job, which the scenarios skip on real Slurm
+        return EmulatorConfig(
+            min_job_age=10, sched_delay=2, seconds_per_minute=5, kill_wait=1, requeue_delay=2, **common
+        )
     return request.getfixturevalue("real_slurm").emulator_config(**common)
 
 
@@ -149,7 +198,7 @@ def cluster(request: pytest.FixtureRequest, emulator_backend: tuple[str, Emulato
     recorder.scenario = request.node.originalname.removeprefix("test_")
     backend = emulator_backend[0]
     real = request.getfixturevalue("real_slurm") if backend == "slurmrestd" else None
-    handle = Cluster(backend, hook, recorder, real)
+    handle = Cluster(backend, hook, recorder, real, emulator_backend[1])
     yield handle
     SUBMITTED[backend][recorder.scenario].update(handle.submitted)
     recorder.scenario = "cleanup"

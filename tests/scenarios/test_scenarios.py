@@ -6,6 +6,8 @@ backend or a real Slurm 24.11 behind the emulator's slurmrestd backend.
 
 from __future__ import annotations
 
+import logging
+import re
 import time
 import uuid
 from typing import Any
@@ -219,3 +221,98 @@ def test_lost_submit_reply_is_reconciled_through_the_key(cluster: Cluster, emula
     assert [(str(j["job_id"]), j["comment"]["job"]) for j in listed] == [(job_id, f"from a scenario {key}")]
     found = cluster.hook.find_job_by_key(key, name)
     assert found is not None and (found.job_id, found.state) == (job_id, "COMPLETED")
+
+
+# --- what Slurm does to a running job: requeue, preemption, node failure, hold --------------------
+
+# The first run would last long; the run after a requeue ($SLURM_RESTART_COUNT > 0) ends at once.
+FIRST_RUN_LONG = (
+    "#!/bin/bash\n"
+    'echo "run ${SLURM_RESTART_COUNT:-0}"\n'
+    'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then exit 0; fi\n'
+    "sleep 300\n"
+)
+
+
+class Log:
+    """What the hook logged, as (level, message): Airflow 3 writes it to stdout, Airflow 2 to logging."""
+
+    def __init__(self, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+        self.caplog, self.capsys = caplog, capsys
+
+    def wait(self, cluster: Cluster, job_id: str, **wait: Any) -> Any:
+        self.capsys.readouterr()
+        self.caplog.clear()
+        with self.caplog.at_level(logging.INFO):
+            try:
+                return cluster.hook.wait_for_job(job_id, poll_interval=1, **wait)
+            finally:
+                self.out = self.capsys.readouterr().out
+
+    def lines(self, text: str) -> list[tuple[str, str]]:
+        records = [(r.levelname.lower(), r.getMessage()) for r in self.caplog.records if "hooks" in r.name]
+        printed = [(m[1], m[2]) for m in re.finditer(r"\[(\w+) *\] (.*?) \[airflow[.\w]*\]", self.out)]
+        # one or the other: a structlog setup that also forwards to logging would show each line twice
+        return [(level, message) for level, message in records or printed if text in message]
+
+
+@pytest.fixture
+def log(caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> Log:
+    return Log(caplog, capsys)
+
+
+@pytest.mark.parametrize(
+    ("action", "cause"), [("requeue", "REQUEUED"), ("node_fail", "NODE_FAIL"), ("preempt", "PREEMPTED")]
+)
+def test_a_requeued_job_is_followed_to_its_last_run(cluster: Cluster, log: Log, action: str, cause: str) -> None:
+    job_id = cluster.submit(FIRST_RUN_LONG, requeue=True, cpus_per_task=cluster.node_cpus())
+    assert cluster.wait_for_state(job_id, "RUNNING").state == "RUNNING"
+    cluster.act(action, job_id)
+    cluster.start_now(job_id)
+    status = log.wait(cluster, job_id, timeout=240)
+    assert (status.state, status.is_success, status.restarts) == ("COMPLETED", True, 1)
+    ((level, line),) = log.lines("was requeued")  # once
+    assert level == "warning"
+    assert line.startswith(f"Slurm job {job_id} was requeued (restart 1): {cause} on ")
+    assert line.endswith("again from the start")  # "will run", or "ran" if first noticed at the end
+    # Slurm writes the new run's output over the old one's
+    assert cluster.host_path(f"/tmp/slurm-{job_id}.out").read_text() == "run 1\n"
+
+
+def test_requeuehold_waits_for_a_release(cluster: Cluster, log: Log) -> None:
+    job_id = cluster.submit(FIRST_RUN_LONG, requeue=True)
+    assert cluster.wait_for_state(job_id, "RUNNING").state == "RUNNING"
+    cluster.act("requeuehold", job_id)
+    with pytest.raises(TimeoutError, match="held: it will not start until released"):
+        log.wait(cluster, job_id, timeout=5)
+    ((_, line),) = log.lines("was requeued")
+    assert line.startswith(f"Slurm job {job_id} was requeued (restart 1)")
+    assert line.endswith(f"it is held (JobHeldUser) and runs again only once released (scontrol release {job_id})")
+    assert [level for level, _ in log.lines("held: it will not start")] == ["warning"]  # once, not at every read
+    cluster.act("release", job_id)
+    cluster.start_now(job_id)
+    status = cluster.wait(job_id)
+    assert (status.state, status.is_success, status.restarts) == ("COMPLETED", True, 1)
+
+
+def test_a_node_failure_without_requeue_interrupts_the_job(cluster: Cluster) -> None:
+    job_id = cluster.submit(FIRST_RUN_LONG, requeue=False)
+    assert cluster.wait_for_state(job_id, "RUNNING").state == "RUNNING"
+    cluster.act("node_fail", job_id)
+    status = cluster.wait(job_id)
+    assert (status.state, status.reason, status.is_interrupted, status.restarts) == ("NODE_FAIL", "NodeDown", True, 0)
+    assert status.exit_code == ExitCode("SIGNALED", None, 1, "HUP")
+    assert "work was interrupted (a node it ran on failed) and Slurm did not requeue it" in status.describe()
+
+
+def test_a_pending_job_held_by_an_administrator(cluster: Cluster, log: Log) -> None:
+    job_id = cluster.submit("#!/bin/bash\ntrue\n", begin_time={"set": True, "number": int(time.time()) + 3600})
+    cluster.act("hold", job_id)
+    status = cluster.hook.get_job(job_id)
+    assert (status.state, status.reason, status.held) == ("PENDING", "JobHeldAdmin", True)
+    with pytest.raises(TimeoutError):
+        log.wait(cluster, job_id, timeout=3)
+    assert len(log.lines("reason: JobHeldAdmin; held: it will not start until released")) == 1
+    cluster.act("release", job_id)
+    assert cluster.hook.get_job(job_id).held is False
+    assert cluster.hook.cancel_job(job_id) is True
