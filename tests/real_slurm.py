@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ SLURM_UP = ROOT / "scripts" / "slurm-up.sh"
 SLURM_DOWN = ROOT / "scripts" / "slurm-down.sh"
 CHROOT = Path(os.environ.get("SLURM_CHROOT", "/var/lib/slurm-chroot"))
 DEBIAN_VERSION_FILE = Path("/etc/debian_version")
+NODE = "node1"  # the cluster's one node
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,16 @@ class RealSlurm:
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed (rc {result.returncode}): {result.stderr.strip()}")
         return result.stdout
+
+    def fail_node(self, node: str = NODE, timeout: float = 60) -> None:
+        """The node goes DOWN under its jobs, and comes back: ReturnToService=2 returns it by
+        itself within seconds; it is resumed by hand if not."""
+        self.admin("scontrol", "update", f"nodename={node}", "state=down", "reason=test")
+        deadline = time.monotonic() + timeout
+        while "down" in self.admin("sinfo", "-h", "-n", node, "-o", "%T") and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if "down" in self.admin("sinfo", "-h", "-n", node, "-o", "%T"):
+            self.admin("scontrol", "update", f"nodename={node}", "state=resume")
 
     def emulator_config(self, **settings: Any) -> EmulatorConfig:
         """An emulator that forwards every call to this Slurm."""

@@ -23,10 +23,9 @@ from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 from tests.conftest import connection_json
-from tests.real_slurm import RealSlurm
+from tests.real_slurm import NODE, RealSlurm
 
 BACKENDS = ("builtin", "slurmrestd")
-NODE = "node1"  # the real cluster's one node
 
 # (method, path with job ids as {id}, Slurm HTTP status) -> the replies seen, per scenario
 ReplyKey = tuple[str, str, str, int]
@@ -110,22 +109,12 @@ class Cluster:
             assert self.emulator is not None
             self.emulator.control(job_id, action)
         elif action == "node_fail":
-            self.real.admin("scontrol", "update", f"nodename={NODE}", "state=down", "reason=scenario")
-            self._node_back()
+            self.real.fail_node()
         elif action == "preempt":  # submitted as an administrator would, so the hook records no reply of it
             cpus = str(self.node_cpus())
             self.real.admin("sbatch", "-p", "urgent", "-c", cpus, "-o", "/dev/null", "--wrap", "sleep 2")
         else:
             self.real.admin("scontrol", action, job_id)
-
-    def _node_back(self, timeout: float = 60) -> None:
-        """ReturnToService=2 returns the node by itself within seconds; resume it if not."""
-        assert self.real is not None
-        deadline = time.monotonic() + timeout
-        while "down" in self.real.admin("sinfo", "-h", "-n", NODE, "-o", "%T") and time.monotonic() < deadline:
-            time.sleep(0.5)
-        if "down" in self.real.admin("sinfo", "-h", "-n", NODE, "-o", "%T"):
-            self.real.admin("scontrol", "update", f"nodename={NODE}", "state=resume")
 
     def start_now(self, job_id: str) -> None:
         """A requeued job waits out a begin time (real Slurm: about 121 s after the requeue; the

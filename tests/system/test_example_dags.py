@@ -191,6 +191,50 @@ def test_job_cancelled_outside_fails_the_task(airflow_env: dict[str, str], monke
     assert f"AirflowException: Slurm job {cancelled[0]} is CANCELLED" in log, log[-5000:]
 
 
+def test_an_interrupted_job_fails_the_try_and_the_retry_submits_a_new_job(
+    airflow_env: dict[str, str], emulator: Emulator, monkeypatch, request: pytest.FixtureRequest
+) -> None:
+    """The node fails under the first try's job: that try fails saying the work was interrupted,
+    and Airflow's retry submits a new job (the task run's key finds only a failed job)."""
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_JOB_API_DEFAULT", airflow_env["AIRFLOW_CONN_SLURM_JOB_API_DEFAULT"])
+    hook = SlurmJobApiHook()
+    known = {job.job_id for job in hook.list_jobs()}
+    failed: list[str] = []
+    real = request.getfixturevalue("real_slurm") if emulator.config.backend == "slurmrestd" else None
+
+    def fail_node(job_id: str) -> None:  # scontrol on real Slurm, the emulator's control otherwise
+        if real is not None:
+            real.fail_node()
+        else:
+            emulator.control(job_id, "node_fail")
+
+    def fail_the_node_when_running() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not failed:
+            for job in hook.list_jobs():
+                if job.job_id not in known and job.name == "interrupted-retry" and job.state == "RUNNING":
+                    fail_node(job.job_id)
+                    failed.append(job.job_id)
+            time.sleep(0.5)
+
+    interrupter = threading.Thread(target=fail_the_node_when_running)
+    interrupter.start()
+    started = time.time()
+    result = dags_test(airflow_env, "test_slurm_interrupted_retry")
+    interrupter.join()
+    log = output(result)
+    assert failed, "the first job never ran"
+    assert result.returncode == 0, log[-5000:]  # the retry succeeded
+    interrupted = f"Slurm job {failed[0]} is NODE_FAIL; reason: NodeDown; killed by signal 1 (SIGHUP); the job's work"
+    assert interrupted in log, log[-5000:]
+    assert "a node it ran on failed) and Slurm did not requeue it; its own code did not fail" in log, log[-5000:]
+    submits = emulator.requests.calls("POST", "/slurm/v0.0.42/job/submit", since=started)
+    assert len(submits) == 2, submits  # one job per try
+    accounting = hook.call("GET", "/slurmdb/v0.0.42/jobs/?job_name=interrupted-retry")["jobs"]
+    ran = {str(job["job_id"]): job["state"]["current"][0] for job in accounting if str(job["job_id"]) not in known}
+    assert sorted(ran.values()) == ["COMPLETED", "NODE_FAIL"] and ran[failed[0]] == "NODE_FAIL", ran
+
+
 def test_connection_stored_in_the_metadata_database(airflow_env: dict[str, str]) -> None:
     """Most users keep connections in the database: the trigger must find it in `dags test` too."""
     extra = json.loads(airflow_env["AIRFLOW_CONN_SLURM_JOB_API_DEFAULT"])["extra"]

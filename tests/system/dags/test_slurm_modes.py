@@ -1,10 +1,10 @@
-"""DAGs used only by the system tests: the worker-waiting mode, the /slurmdb read-back and a
-rescheduling sensor whose job is lost."""
+"""DAGs used only by the system tests: the worker-waiting mode, the /slurmdb read-back, a
+rescheduling sensor whose job is lost, and a job whose node fails, retried by Airflow."""
 
 from __future__ import annotations
 
 import os
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
 from airflow_provider_slurmapi.sensors.job import SlurmJobSensor
@@ -51,4 +51,17 @@ with DAG(dag_id="test_slurm_lost_job_reschedule", start_date=datetime(2026, 1, 1
         poke_interval=2,
         lost_grace=8,
         timeout=240,
+    )
+
+with DAG(dag_id="test_slurm_interrupted_retry", start_date=datetime(2026, 1, 1), schedule=None):
+    # The test fails the node under the first try's job (submitted with requeue false, so Slurm
+    # ends it NODE_FAIL): the task fails, and Airflow's retry submits a new job, which completes.
+    SlurmSubmitJobOperator(
+        task_id="train",
+        job={**JOB, "name": "interrupted-retry", "requeue": False},
+        script="#!/bin/bash\necho training in job $SLURM_JOB_ID\nsleep 6\necho done\n",
+        deferrable=True,
+        poll_interval=1,
+        retries=1,
+        retry_delay=timedelta(seconds=0),
     )
