@@ -1,3 +1,3 @@
 """Apache Airflow provider for Google Cloud's Slurm Job API."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
