@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -39,6 +39,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
         key_file=work / "key.json",
         state_dir=work / "jobs",
         kill_wait=1.0,
+        requeue_delay=1.0,  # real Slurm: about 121 s before a requeued job may start again
     )
     with Emulator(config) as emu:
         yield emu
@@ -65,3 +66,11 @@ def real_slurm() -> Iterator[RealSlurm]:
     slurm = real_slurm_support.require()
     yield slurm
     real_slurm_support.stop(slurm)
+
+
+@pytest.fixture
+def task_log(caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> Callable[[], str]:
+    """What the task, hook or trigger logged so far: Airflow 3 writes it to stdout (structlog),
+    2.x to logging."""
+    caplog.set_level("INFO")
+    return lambda: caplog.text + capsys.readouterr().out

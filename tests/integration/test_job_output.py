@@ -54,13 +54,6 @@ def gs_connection(mounted: tuple[Emulator, Path], storage_host: str, monkeypatch
     return mount
 
 
-@pytest.fixture
-def task_log(caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> Any:
-    """What the task logged so far: Airflow 3's task logger writes to stdout, 2.x's to logging."""
-    caplog.set_level("INFO")
-    return lambda: caplog.text + capsys.readouterr().out
-
-
 def submit(body: str, job: dict[str, Any] | None = None, **kwargs: Any) -> tuple[SlurmSubmitJobOperator, Any]:
     operator = SlurmSubmitJobOperator(
         task_id="t",
