@@ -8,7 +8,7 @@ with Emulator(EmulatorConfig(seconds_per_minute=2.0)) as emu:
          #      "modelDevelopmentClusters/test-cluster:callSlurmRestApi"
 """
 
-from airflow_provider_slurmapi.emulator.backend_api import SlurmBackend, SlurmRequest
+from airflow_provider_slurmapi.emulator.backend_api import CONTROL_ACTIONS, ControlError, SlurmBackend, SlurmRequest
 from airflow_provider_slurmapi.emulator.builtin import BuiltinBackend
 from airflow_provider_slurmapi.emulator.faults import (
     FAULT_HEADER,
@@ -22,9 +22,11 @@ from airflow_provider_slurmapi.emulator.request_log import LoggedCall, RequestLo
 from airflow_provider_slurmapi.emulator.service import Emulator, EmulatorConfig
 
 __all__ = [
+    "CONTROL_ACTIONS",
     "FAULT_HEADER",
     "FAULT_KINDS",
     "BuiltinBackend",
+    "ControlError",
     "Emulator",
     "EmulatorConfig",
     "FaultInjector",

@@ -31,6 +31,18 @@ class SlurmRequest:
 SlurmAnswer = tuple[int, dict[str, Any] | str]
 
 
+# what the emulator's control endpoint can do to a job (see Scheduler.control)
+CONTROL_ACTIONS = ("requeue", "requeuehold", "hold", "release", "preempt", "node_fail")
+
+
+class ControlError(Exception):
+    """A control action refused: the HTTP status to answer (400, 404, 409, 501) and why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
 class BackendUnavailable(Exception):
     """The backend cannot answer at all (e.g. slurmrestd is unreachable); the server says UNAVAILABLE."""
 
@@ -45,6 +57,10 @@ class SlurmBackend(abc.ABC):
     @abc.abstractmethod
     async def handle(self, request: SlurmRequest) -> SlurmAnswer:
         """Answer one call with slurmrestd's HTTP status and reply; raise ``BackendUnavailable`` if none."""
+
+    def control(self, job_ref: str, action: str) -> dict[str, Any]:
+        """Play ``action`` (one of ``CONTROL_ACTIONS``) on job ``job_ref``; raise ``ControlError`` if refused."""
+        raise ControlError(501, f"this backend cannot {action} a job")
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Called in the server's event loop before the first request."""

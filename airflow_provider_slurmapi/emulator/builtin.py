@@ -12,7 +12,9 @@ from typing import Any
 
 from airflow_provider_slurmapi.emulator import replies
 from airflow_provider_slurmapi.emulator.backend_api import (
+    CONTROL_ACTIONS,
     SLURM_PATH,
+    ControlError,
     SlurmAnswer,
     SlurmBackend,
     SlurmRequest,
@@ -54,6 +56,7 @@ class BuiltinBackend(SlurmBackend):
         kill_wait: float = 3.0,
         sched_delay: float = 0.0,
         virtual_jobs: bool = False,
+        requeue_delay: float = 120.0,
     ) -> None:
         self.cluster = cluster
         self.scheduler = Scheduler(
@@ -62,6 +65,7 @@ class BuiltinBackend(SlurmBackend):
             seconds_per_minute=seconds_per_minute,
             kill_wait=kill_wait,
             sched_delay=sched_delay,
+            requeue_delay=requeue_delay,
         )
 
     @property
@@ -73,6 +77,33 @@ class BuiltinBackend(SlurmBackend):
 
     def is_known_path(self, path: str) -> bool:
         return is_slurm_route(path)
+
+    def control(self, job_ref: str, action: str) -> dict[str, Any]:
+        """Requeue, hold, release, preempt or fail (its node) the job or array task ``job_ref``.
+
+        Acts on the one record named: ``12`` (a job, or an array's own record) or ``12_3`` (a task).
+        Answers the record's job id, its state list and restart count.
+        """
+        if action not in CONTROL_ACTIONS:
+            raise ControlError(400, f"unknown action {action!r}; allowed: {', '.join(CONTROL_ACTIONS)}")
+        ref = self._parse_ref(job_ref)
+        if ref is None:
+            raise ControlError(400, f"{job_ref!r} is not a job id (123, or 123_4 for an array task)")
+        job_id, task = ref
+        job = self.jobs.get(job_id) if task is None else self._task_record(job_id, task)
+        if job is None or not self.scheduler.in_queue(job):
+            raise ControlError(404, f"job {job_ref} is not in the queue of cluster {self.cluster}")
+        if task is not None and job.is_array_meta and job.pending_tasks != [task]:
+            raise ControlError(
+                409, f"cannot {action} job {job_ref}: the task has not started; name the array ({job_id}) instead"
+            )
+        self.scheduler.control(job, action, job_ref)
+        return {
+            "job_id": job.job_id,
+            "action": action,
+            "state": replies.state_list(job),
+            "restart_cnt": job.restart_cnt,
+        }
 
     async def start(self) -> None:
         await self.scheduler.start()
@@ -310,6 +341,7 @@ class BuiltinBackend(SlurmBackend):
         if task is not None:  # only a task that started has a row of its own
             jobs = [j for j in jobs if j.array_job_id == job_id and j.array_task_id == task]
         jobs.sort(key=lambda j: j.job_id)
+        jobs = [run for job in jobs for run in (*job.runs, job)]  # one record per run, oldest first
         now = epoch_seconds()
         warnings = []
         if not jobs:
@@ -322,5 +354,5 @@ class BuiltinBackend(SlurmBackend):
         now = epoch_seconds()
         wanted = {name for value in names or [] for name in value.split(",") if name}
         chosen = [j for j in sorted(self.jobs.values(), key=lambda j: j.job_id) if not wanted or j.name in wanted]
-        jobs = [replies.slurmdb_job(j, self.cluster, now) for j in chosen]
+        jobs = [replies.slurmdb_job(run, self.cluster, now) for j in chosen for run in (*j.runs, j)]
         return 200, replies.envelope("slurmdbd", version, self.cluster, {"jobs": jobs})

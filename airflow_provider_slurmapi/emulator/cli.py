@@ -7,6 +7,9 @@ comma-separated list in their variable.
 Faults (see ``faults.py``): ``--fault-rate 0.1 --fault-kinds unavailable:3,reset_after --fault-seed 1``
 fails about one call in ten; ``--fault-script FILE`` fails chosen calls. Any call can also force one
 with the request header ``X-Emulator-Fault: <kind>``.
+
+``slurm-job-api-emulator control ACTION JOB_ID [--url URL] [--cluster NAME]`` asks a running
+emulator to requeue, requeuehold, hold, release, preempt or node_fail a job (built-in backend).
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ import os
 import signal
 import sys
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 
+from airflow_provider_slurmapi.emulator.backend_api import CONTROL_ACTIONS
 from airflow_provider_slurmapi.emulator.faults import FAULT_HEADER, FAULT_KINDS, FaultPlan, load_script
 from airflow_provider_slurmapi.emulator.service import BACKENDS, Emulator, EmulatorConfig
 
@@ -70,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=float(_env("SCHED_DELAY", "1") or 1),
         help="seconds a new job stays PENDING before it starts (real Slurm: 2-4 s)",
+    )
+    p.add_argument(
+        "--requeue-delay",
+        type=float,
+        default=float(_env("REQUEUE_DELAY", "120") or 120),
+        help="seconds a requeued job pends (reason BeginTime) before it runs again (real Slurm: ~121 s)",
     )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
     p.add_argument(
@@ -191,6 +203,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> EmulatorConfig:
             state_dir=args.state_dir,
             kill_wait=args.kill_wait,
             sched_delay=args.sched_delay,
+            requeue_delay=args.requeue_delay,
             backend=args.backend,
             slurmrestd_url=args.slurmrestd_url,
             slurm_user=args.slurm_user,
@@ -243,8 +256,50 @@ def describe(emu: Emulator) -> list[str]:
     return lines
 
 
+def build_control_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="slurm-job-api-emulator control",
+        description="Do to a job of a running emulator what an admin or the cluster would (built-in backend).",
+    )
+    p.add_argument("action", choices=CONTROL_ACTIONS)
+    p.add_argument("job_id", help="e.g. 12, or 12_3 for an array task")
+    port = _env("PORT", "8780")
+    p.add_argument("--url", default=_env("URL", f"http://127.0.0.1:{port}"), help="the emulator's URL")
+    p.add_argument("--project", default=(_env_list("PROJECT") or [DEFAULT_PROJECT])[0])
+    p.add_argument("--region", default=(_env_list("REGION") or [DEFAULT_REGION])[0])
+    p.add_argument("--cluster", default=(_env_list("CLUSTER") or [DEFAULT_CLUSTER])[0])
+    return p
+
+
+def control_main(argv: Sequence[str]) -> int:
+    """POST the control call; print the job's new state (JSON), or the error and exit 1."""
+    args = build_control_parser().parse_args(argv)
+    url = (
+        f"{args.url.rstrip('/')}/emulator/v1/{args.project}/{args.region}/{args.cluster}"
+        f"/jobs/{args.job_id}:{args.action}"
+    )
+    request = urllib.request.Request(url, data=b"", method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            print(response.read().decode(), flush=True)
+        return 0
+    except urllib.error.HTTPError as exc:
+        text = exc.read().decode(errors="replace")
+        try:
+            message = json.loads(text)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = text or exc.reason
+        print(f"error {exc.code}: {message}", file=sys.stderr)
+    except urllib.error.URLError as exc:
+        print(f"error: cannot reach the emulator at {args.url}: {exc.reason}", file=sys.stderr)
+    return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    config = config_from_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["control"]:
+        return control_main(args[1:])
+    config = config_from_args(args)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

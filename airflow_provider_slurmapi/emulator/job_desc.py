@@ -94,6 +94,12 @@ def _epoch_field(desc: dict[str, Any], key: str) -> int:
     return value
 
 
+def _open_append(value: Any) -> bool:
+    """open_mode is a list of flags (["APPEND"]); a plain string is taken too."""
+    values = value if isinstance(value, list) else [value]
+    return any(str(item).upper() == "APPEND" for item in values)
+
+
 def new_job(body: Any, principal: str, job_id: int) -> tuple[Job, list[dict[str, Any]]]:
     """Job ``job_id`` of ``principal`` as ``body`` describes it, and slurmrestd's warnings about ``body``."""
     body = body if isinstance(body, dict) else {}
@@ -201,6 +207,9 @@ def new_job(body: Any, principal: str, job_id: int) -> tuple[Job, list[dict[str,
         comment=str(desc.get("comment") or ""),
         time_limit=time_limit,
         hold=hold,
+        db_hold=hold,
+        requeue=desc.get("requeue") is not False,  # Slurm's default (JobRequeue=1): requeue
+        open_append=_open_append(desc.get("open_mode")),
         submit_time=now,
         begin_time=begin if begin > now else 0,
         tasks=tasks,

@@ -16,9 +16,17 @@ class State(StrEnum):
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
     TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    # accounting only: a run that scontrol requeue ended (shown there as [PENDING, REQUEUED])
+    REQUEUED = "REQUEUED"
 
 
-TERMINAL = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT})
+TERMINAL = frozenset(
+    {State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT, State.NODE_FAIL, State.PREEMPTED, State.REQUEUED}
+)
+# the one node of the emulated cluster, as a failed job names it
+NODE_NAME = "node1"
 
 # Slurm's NO_VAL for "never started" times in accounting (seen for a job cancelled while pending).
 SLURMDB_NEVER_STARTED = 4294967294
@@ -126,6 +134,20 @@ class Job:
     last_change: int = 0
     ran: bool = False  # it reached RUNNING (allocated a node), even if it failed at once
     queued_at: float = field(default_factory=time.monotonic)  # for the scheduler's start delay
+    # requeue: Slurm requeues the job on a node failure or preemption (sbatch --requeue, default)
+    requeue: bool = True
+    open_append: bool = False  # open_mode "append": a new run adds to the output files
+    restart_cnt: int = 0
+    hold_reason: str = "JobHeldUser"  # the pending reason while held: JobHeldUser or JobHeldAdmin
+    failed_node: str = ""
+    skip_tres: bool = False  # SKIP_TRES_STRING_ACCOUNTING, set by a node failure
+    # how accounting shows this run: slurmdbd keeps the hold of submission or requeuehold, and
+    # the reason the job waited for once it became eligible (release, or BeginTime after a requeue)
+    db_hold: bool = False
+    db_reason: str = "None"
+    # earlier runs of a requeued job, oldest first: accounting keeps a record of each
+    runs: list[Job] = field(default_factory=list)
+    settled: bool = False  # an action already decided how the current run ends (requeue, node failure)
 
     @property
     def terminal(self) -> bool:

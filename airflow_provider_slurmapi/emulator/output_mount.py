@@ -80,6 +80,9 @@ class MountingBackend(SlurmBackend):
     def is_known_path(self, path: str) -> bool:
         return self.inner.is_known_path(path)
 
+    def control(self, job_ref: str, action: str) -> dict[str, Any]:
+        return self.inner.control(job_ref, action)
+
     async def start(self) -> None:
         await self.inner.start()
 

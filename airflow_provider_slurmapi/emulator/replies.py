@@ -13,7 +13,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from airflow_provider_slurmapi.emulator.job_model import SLURMDB_NEVER_STARTED, ExitInfo, Job, State
+from airflow_provider_slurmapi.emulator.job_model import SLURMDB_NEVER_STARTED, TERM_EXIT, ExitInfo, Job, State
 
 Reply = dict[str, Any]
 
@@ -116,6 +116,7 @@ def state_list(job: Job) -> list[str]:
 def job_flags(job: Job) -> list[str]:
     """The job's ``flags``, in Slurm's order (the order of v0.0.42_job_flags in its OpenAPI spec)."""
     flags = {
+        "SKIP_TRES_STRING_ACCOUNTING": job.skip_tres,
         "EXACT_TASK_COUNT_REQUESTED": job.tasks is not None,
         "JOB_WAS_RUNNING": job.state is State.RUNNING,
         "USING_DEFAULT_ACCOUNT": True,
@@ -150,10 +151,15 @@ def slurm_job(job: Job, cluster: str) -> dict[str, Any]:
     out["standard_error"] = job.expand(job.stderr_pattern or job.stdout_pattern)
     out["standard_input"] = job.stdin
     out["time_limit"] = _time_limit(job)
-    # a held job stays held (priority 0) once cancelled; held jobs also read max_nodes 1 in 24.11
+    # a held job stays held (priority 0) once cancelled; jobs held at submission also read
+    # max_nodes 1 in 24.11, those held later (scontrol hold, requeuehold) read 0
+    held_at_submit = job.hold and job.hold_reason == "JobHeldUser" and not job.restart_cnt
     out["hold"] = job.hold
     out["priority"] = number(0 if job.hold else 1)
-    out["max_nodes"] = number(1 if job.hold else 0)
+    out["max_nodes"] = number(1 if held_at_submit else 0)
+    out["requeue"] = job.requeue
+    out["restart_cnt"] = job.restart_cnt
+    out["failed_node"] = job.failed_node
     out["exit_code"] = exit_code(job.exit)
     out["derived_exit_code"] = exit_code(job.derived_exit)
     out["flags"] = job_flags(job)
@@ -175,12 +181,13 @@ def slurm_job(job: Job, cluster: str) -> dict[str, Any]:
 
     # times: epoch seconds in {set, infinite, number}; see real-slurm.md section 6
     eligible = job.begin_time or job.submit_time
+    requeued = job.restart_cnt > 0  # a requeued job has its begin time (and tres) whether held or not
     out["submit_time"] = number(job.submit_time)
-    out["eligible_time"] = number(0 if job.hold and not ran else eligible)
-    out["accrue_time"] = number(eligible if ran or not (job.hold or job.begin_time) else 0)
+    out["eligible_time"] = number(0 if job.hold and not ran and not requeued else eligible)
+    out["accrue_time"] = number(eligible if ran or requeued or not (job.hold or job.begin_time) else 0)
     out["last_sched_evaluation"] = number(job.start_time or job.submit_time)
     if job.state is State.PENDING:
-        planned = job.begin_time if (job.begin_time and not job.hold) else 0
+        planned = job.begin_time if (job.begin_time and (requeued or not job.hold)) else 0
         out["start_time"] = number(planned)
         out["end_time"] = number(_planned_end(job, planned) if planned else 0)
     elif job.state is State.RUNNING:
@@ -200,9 +207,19 @@ def slurm_job(job: Job, cluster: str) -> dict[str, Any]:
         out["job_resources"] = None
         out["batch_host"] = ""
         out["nodes"] = ""
-        out["billable_tres"] = number(0.0, is_set=False)
-        out["tres_alloc_str"] = ""
+        out["billable_tres"] = number(float(cpus), is_set=requeued)
+        # a node failure keeps the last allocation's tres string (SKIP_TRES_STRING_ACCOUNTING)
+        out["tres_alloc_str"] = f"cpu={cpus},node=1,billing={cpus}" if job.skip_tres else ""
     return out
+
+
+def _unset_exit() -> dict[str, Any]:
+    """An exit code accounting never got (a job whose node failed): status PENDING, nothing set."""
+    return {
+        "status": ["PENDING"],
+        "return_code": number(0, is_set=False),
+        "signal": {"id": number(0, is_set=False), "name": ""},
+    }
 
 
 def _step(
@@ -225,6 +242,13 @@ def _step(
 def _batch_step(job: Job, now: int, cpus: int) -> dict[str, Any]:
     if job.state is State.RUNNING:
         state, info, end = State.RUNNING, ExitInfo(), 0
+    elif job.state is State.NODE_FAIL:
+        # real accounting: CANCELLED with an exit code never filled in (status PENDING)
+        out = _step(job, "batch", "batch", State.CANCELLED, ExitInfo(), job.start_time, job.end_time, cpus)
+        out["exit_code"] = _unset_exit()
+        return out
+    elif job.state in (State.REQUEUED, State.PREEMPTED):  # killed for the requeue
+        state, info, end = State.CANCELLED, TERM_EXIT, job.end_time
     elif job.stop_reason is not None:
         # real accounting: the batch step of a cancelled or timed-out job reads CANCELLED, SIGNALED/TERM
         state, info, end = State.CANCELLED, ExitInfo(signal=15), job.end_time
@@ -256,14 +280,23 @@ def slurmdb_job(job: Job, cluster: str, now: int) -> dict[str, Any]:
     out["stderr"] = job.stderr_pattern
     out["stderr_expanded"] = job.expand(job.stderr_pattern)
     out["stdin"] = ""
-    out["hold"] = job.hold  # still held once cancelled, like the live record
-    out["priority"] = number(0 if job.hold else 1)
+    # the hold of submission or requeuehold, even once released or cancelled
+    out["hold"] = job.db_hold
+    out["priority"] = number(0 if job.db_hold else 1)
+    out["restart_cnt"] = job.restart_cnt
+    out["failed_node"] = job.failed_node
     out["kill_request_user"] = job.kill_request_user
     out["required"]["CPUs"] = cpus
-    out["state"] = {"current": [job.state.value], "reason": "None"}
-    # /slurmdb reports SUCCESS/0 for cancelled and timed-out jobs; the signal is only in the steps
-    out["exit_code"] = exit_code(ExitInfo() if job.stop_reason is not None else job.exit)
-    out["derived_exit_code"] = exit_code(job.derived_exit)
+    current = ["PENDING", "REQUEUED"] if job.state is State.REQUEUED else [job.state.value]
+    out["state"] = {"current": current, "reason": job.db_reason}
+    if job.state is State.NODE_FAIL:  # accounting: ERROR/1, whatever the live record says
+        out["exit_code"] = exit_code(ExitInfo(return_code=1))
+        out["derived_exit_code"] = _unset_exit()
+    else:
+        # /slurmdb reports SUCCESS/0 for cancelled, timed-out, preempted and requeued runs; the
+        # signal is only in the steps
+        out["exit_code"] = exit_code(ExitInfo() if job.stop_reason is not None else job.exit)
+        out["derived_exit_code"] = exit_code(job.derived_exit)
     out["array"]["job_id"] = job.array_job_id
     # accounting keeps the %N limit on the array's own record only, not on split-off tasks
     limit = job.array_max_tasks if job.job_id == job.array_job_id else 0

@@ -173,11 +173,14 @@ class ProcessRunner:
         env["SLURM_JOB_NAME"] = job.name
         env["SLURM_SUBMIT_DIR"] = job.cwd
         env["SLURM_CLUSTER_NAME"] = self.cluster
+        if job.restart_cnt:  # slurmstepd sets it only for a requeued job
+            env["SLURM_RESTART_COUNT"] = str(job.restart_cnt)
         if job.array_task_id is not None:
             env["SLURM_ARRAY_JOB_ID"] = str(job.array_job_id)
             env["SLURM_ARRAY_TASK_ID"] = str(job.array_task_id)
 
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        # like slurmstepd: each run truncates the output files, unless open_mode is append
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if job.open_append else os.O_TRUNC)
         try:
             out_fd = os.open(_with_parents(job.expand(job.stdout_pattern)), flags, 0o644)
         except OSError as exc:

@@ -1,9 +1,10 @@
 """The emulated slurmctld of one cluster: its job table, and the passes that move each job from
-PENDING to RUNNING to an end (COMPLETED, FAILED, CANCELLED, TIMEOUT).
+PENDING to RUNNING to an end (COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, PREEMPTED).
 
 One node with room for every job: what keeps a job pending is only a hold, its begin_time, its
 array's %N limit or the scheduler's start delay. The ``ProcessRunner`` runs a started job and
-answers how it ended; the scheduler applies that to the job.
+answers how it ended; the scheduler applies that to the job. ``control`` plays what an admin
+or the cluster does to a job (requeue, hold, preemption, node failure), as Slurm 24.11 does it.
 """
 
 from __future__ import annotations
@@ -11,14 +12,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 import time
 from dataclasses import replace
 
-from airflow_provider_slurmapi.emulator.job_model import TERM_EXIT, Job, State, epoch_seconds
+from airflow_provider_slurmapi.emulator.backend_api import ControlError
+from airflow_provider_slurmapi.emulator.job_model import (
+    NODE_NAME,
+    TERM_EXIT,
+    ExitInfo,
+    Job,
+    State,
+    epoch_seconds,
+)
 from airflow_provider_slurmapi.emulator.runner import ProcessRunner, RunOutcome
 
 log = logging.getLogger(__name__)
+
+# how a refusal names what an action does
+_DONE = {"requeue": "requeued", "requeuehold": "requeued", "preempt": "preempted", "node_fail": "failed by its node"}
+
+
+def _state_text(job: Job) -> str:
+    return f"{job.state.value}+COMPLETING" if job.completing else job.state.value
 
 
 class Scheduler:
@@ -32,8 +49,10 @@ class Scheduler:
         seconds_per_minute: float = 60.0,
         kill_wait: float = 3.0,
         sched_delay: float = 0.0,
+        requeue_delay: float = 120.0,
     ) -> None:
         self.runner = runner
+        self.requeue_delay = requeue_delay
         self.min_job_age = min_job_age
         self.seconds_per_minute = seconds_per_minute
         self.kill_wait = kill_wait
@@ -46,6 +65,7 @@ class Scheduler:
         self._wake: asyncio.Event | None = None
         self._scheduler: asyncio.Task[None] | None = None
         self._kill_timers: dict[int, asyncio.TimerHandle] = {}
+        self._live: set[int] = set()  # jobs whose script still runs (or is being killed)
 
     async def start(self) -> None:
         self._wake = asyncio.Event()
@@ -92,6 +112,107 @@ class Scheduler:
         """Deliver ``sig`` to a running job, which keeps running."""
         self.runner.send_signal(job, sig)
 
+    def control(self, job: Job, action: str, name: str) -> None:
+        """Do ``action`` to ``job`` (called ``name`` in messages) as Slurm 24.11 does it:
+
+        - ``requeue`` / ``requeuehold`` (scontrol): a running job goes [PENDING, COMPLETING] while its
+          script is killed, then PENDING (``requeuehold``: held, JobHeldUser);
+        - ``preempt`` (PreemptMode=REQUEUE) and ``node_fail`` (its node goes down): a running job
+          goes PENDING at once if it may be requeued, else ends PREEMPTED or NODE_FAIL;
+        - ``hold`` (scontrol hold: JobHeldAdmin) and ``release`` of a pending job.
+
+        A requeued job keeps its id: accounting keeps the ended run as a record of its own, the
+        job pends with reason BeginTime until ``requeue_delay`` has passed, then runs its script
+        again from the start. Raises ``ControlError`` (409) for an action its state does not allow.
+        """
+        state = _state_text(job)
+
+        def refuse(why: str) -> ControlError:
+            return ControlError(409, f"cannot {action} job {name}: it is {state}; {why}")
+
+        running = job.state is State.RUNNING and not job.completing
+        if action in ("requeue", "requeuehold", "preempt", "node_fail") and not running:
+            raise refuse(f"only a RUNNING job can be {_DONE[action]}")
+        if action == "requeue" or action == "requeuehold":
+            if not job.requeue:
+                raise refuse("it was submitted with requeue: false")
+            self._requeue(job, State.REQUEUED, completing=True, hold=action == "requeuehold")
+        elif action == "preempt":
+            if job.requeue:
+                self._requeue(job, State.PREEMPTED)
+            else:  # like a cancel, ending PREEMPTED (not captured from a real Slurm)
+                self._stop(job, State.PREEMPTED, signal.SIGTERM, "")
+        elif action == "node_fail":
+            job.skip_tres = True
+            if job.requeue:
+                # real slurmctld: PENDING reason None until its next pass, no COMPLETING
+                self._requeue(job, State.NODE_FAIL, new_pass=True)
+            else:
+                self._node_failed(job)
+        elif action == "hold":
+            if job.state is not State.PENDING:
+                raise refuse("only a PENDING job can be held")
+            job.hold, job.hold_reason = True, "JobHeldAdmin"  # scontrol hold by an admin (root)
+            job.state_reason, job.state_description = "JobHeldAdmin", ""
+        elif action == "release":
+            if job.state is not State.PENDING or not job.hold:
+                raise refuse("only a held PENDING job can be released")
+            job.hold, job.state_reason, job.state_description = False, "None", ""
+            job.db_reason = job.hold_reason  # accounting keeps the reason the job was held for
+            job.queued_at = time.monotonic()  # reason None until the next scheduler pass
+        log.info("job %s: %s -> %s", name, action, _state_text(job))
+        self._touch(job)
+        self._poke()
+
+    def _requeue(
+        self, job: Job, end: State, *, completing: bool = False, hold: bool = False, new_pass: bool = False
+    ) -> None:
+        """End the running job's current run as ``end`` in accounting and queue it again."""
+        now = epoch_seconds()
+        run = replace(job, state=end, end_time=now, ended_at=time.time(), runs=[], steps=[], settled=False)
+        if end is State.NODE_FAIL:
+            run.failed_node = NODE_NAME
+        job.runs.append(run)
+        job.restart_cnt += 1
+        job.settled = True  # the script's end is not the job's end
+        job.state, job.completing = State.PENDING, completing
+        # slurmctld: begin_time = requeue time + the credential lifetime (120 s) + 1
+        job.begin_time = math.ceil(time.time() + self.requeue_delay)
+        job.db_hold, job.db_reason = hold, "None"
+        if hold:
+            job.hold, job.hold_reason = True, "JobHeldUser"
+            job.state_reason, job.state_description = "JobHeldUser", "job requeued in held state"
+        if new_pass:
+            job.state_reason = "None"
+            job.queued_at = time.monotonic()
+        if not completing:
+            self._new_run(job)
+        # a node that went down takes its processes with it; otherwise SIGTERM, SIGKILL after kill_wait
+        self._kill(job, signal.SIGKILL if end is State.NODE_FAIL else signal.SIGTERM)
+
+    def _node_failed(self, job: Job) -> None:
+        """A job that may not be requeued ends NODE_FAIL at once, as if killed by SIGHUP."""
+        job.state, job.state_reason = State.NODE_FAIL, "NodeDown"
+        job.exit, job.failed_node = ExitInfo(signal=signal.SIGHUP.value), NODE_NAME
+        job.end_time, job.ended_at = epoch_seconds(), time.time()
+        job.settled = True
+        self._kill(job, signal.SIGKILL)
+
+    @staticmethod
+    def _new_run(job: Job) -> None:
+        """Reset a requeued job for its next run (real Slurm also makes the requeue its submit time)."""
+        job.submit_time = epoch_seconds()
+        job.start_time = job.end_time = 0
+        job.ran, job.steps, job.exit, job.kill_request_user = False, [], ExitInfo(), ""
+
+    def _kill(self, job: Job, sig: signal.Signals) -> None:
+        self.runner.send_signal(job, sig)
+        if sig is not signal.SIGKILL:
+            loop = asyncio.get_running_loop()
+            self._kill_timers[job.job_id] = loop.call_later(
+                self.kill_wait, self.runner.send_signal, job, signal.SIGKILL
+            )
+
     # --- bookkeeping ----------------------------------------------------------------------------
 
     def _touch(self, job: Job) -> None:
@@ -126,13 +247,17 @@ class Scheduler:
         now = epoch_seconds()
         for job in sorted(self.jobs.values(), key=lambda j: j.job_id):
             while job.state is State.PENDING:  # an array's meta record may start several tasks
+                if job.completing or job.job_id in self._live:
+                    break  # requeued: the last run's script is still being killed
                 past_delay = time.monotonic() >= job.queued_at + self.sched_delay
                 if job.dependent and past_delay:  # a scheduler pass clears it (real: 1.5-8 s in)
                     job.dependent = False
                     self._touch(job)
+                if job.restart_cnt and not job.hold and not past_delay:
+                    break  # requeued after a node failure or released: reason None until the next pass
                 reason = "None"
                 if job.hold:
-                    reason = "JobHeldUser"
+                    reason = job.hold_reason
                 elif job.begin_time > now:
                     reason = "BeginTime"
                 elif job.array_max_tasks and self._running_tasks(job.array_job_id) >= job.array_max_tasks:
@@ -159,7 +284,7 @@ class Scheduler:
         if not job.pending_tasks:
             job.array_task_id, job.array_seq = task, self._next_seq()
             return job
-        record = replace(job, job_id=self.next_job_id, array_task_id=task, pending_tasks=[], steps=[])
+        record = replace(job, job_id=self.next_job_id, array_task_id=task, pending_tasks=[], steps=[], runs=[])
         self.next_job_id += 1
         if len(job.pending_tasks) == 1:
             job.array_task_id, job.array_seq = job.pending_tasks.pop(), self._next_seq()
@@ -170,6 +295,9 @@ class Scheduler:
 
     def _start(self, job: Job, now: int) -> None:
         job.state, job.state_reason, job.start_time, job.ran = State.RUNNING, "None", now, True
+        if job.restart_cnt:  # accounting keeps why the new run waited
+            job.db_reason = "BeginTime"
+        self._live.add(job.job_id)
         self._touch(job)
         task = asyncio.create_task(self._run(job))
         self._tasks.add(task)
@@ -184,11 +312,32 @@ class Scheduler:
 
     async def _run(self, job: Job) -> None:
         limit = None if job.time_limit is None else job.time_limit * self.seconds_per_minute
-        outcome = await self.runner.run(job, limit, lambda: self._stop(job, State.TIMEOUT, signal.SIGTERM, ""))
+        try:
+            outcome = await self.runner.run(job, limit, lambda: self._time_limit(job))
+        finally:
+            self._live.discard(job.job_id)
         timer = self._kill_timers.pop(job.job_id, None)
         if timer:
             timer.cancel()
-        self._finish(job, outcome)
+        if job.settled:
+            self._run_ended(job, outcome)
+        else:
+            self._finish(job, outcome)
+
+    def _time_limit(self, job: Job) -> None:
+        if not job.settled:  # a run being killed for a requeue does not time out as well
+            self._stop(job, State.TIMEOUT, signal.SIGTERM, "")
+
+    def _run_ended(self, job: Job, outcome: RunOutcome) -> None:
+        """The script of a run that an action ended is gone: requeued, the job now pends for real."""
+        job.settled = False
+        (job.runs[-1] if job.runs else job).steps = outcome.steps
+        if job.completing:
+            job.completing = False
+            if job.state is State.PENDING:
+                self._new_run(job)
+        self._touch(job)
+        self._poke()
 
     def _finish(self, job: Job, outcome: RunOutcome) -> None:
         """The batch process is gone (or never started): settle the final state."""
@@ -232,6 +381,4 @@ class Scheduler:
         job.end_time = now
         job.completing = True
         self._touch(job)
-        self.runner.send_signal(job, sig)
-        loop = asyncio.get_running_loop()
-        self._kill_timers[job.job_id] = loop.call_later(self.kill_wait, self.runner.send_signal, job, signal.SIGKILL)
+        self._kill(job, sig)

@@ -23,7 +23,7 @@ from urllib.parse import parse_qs
 from aiohttp import web
 
 from airflow_provider_slurmapi.emulator import auth
-from airflow_provider_slurmapi.emulator.backend_api import BackendUnavailable, SlurmBackend, SlurmRequest
+from airflow_provider_slurmapi.emulator.backend_api import BackendUnavailable, ControlError, SlurmBackend, SlurmRequest
 from airflow_provider_slurmapi.emulator.faults import FAULT_HEADER, FaultInjector
 from airflow_provider_slurmapi.emulator.request_log import RequestLog
 
@@ -53,6 +53,9 @@ _GOOGLE_STATUS = {
 }
 
 ClusterKey = tuple[str, str, str]  # (project, region, cluster)
+
+# the emulator's own control, outside Google's API: POST .../jobs/12:requeue (no token: a local test tool)
+CONTROL_PATH = "/emulator/v1/{project}/{region}/{cluster}/jobs/{job_ref:[^/:]+}:{action:[^/:]+}"
 
 
 @dataclass
@@ -222,6 +225,29 @@ async def _answer(
     return web.json_response({"status": status, "structuredBody": reply})
 
 
+def _control_error(code: int, message: str) -> web.Response:
+    return web.json_response({"error": {"code": code, "message": message}}, status=code)
+
+
+async def control_endpoint(request: web.Request) -> web.Response:
+    """Requeue, hold, release, preempt or fail a job: see ``BuiltinBackend.control``."""
+    if request.method != "POST":
+        return _control_error(405, f"Method {request.method} is not allowed; the control takes POST.")
+    state = request.app[STATE_KEY]
+    info = request.match_info
+    key: ClusterKey = (info["project"], info["region"], info["cluster"])
+    backend = state.backends.get(key)
+    if backend is None:
+        return _control_error(404, f"no cluster {'/'.join(key)} in this emulator")
+    try:
+        result = backend.control(info["job_ref"], info["action"])
+    except ControlError as exc:
+        log.info("control %s %s on %s refused: %s", info["action"], info["job_ref"], key[2], exc.message)
+        return _control_error(exc.status, exc.message)
+    log.info("control %s %s on %s: %s", info["action"], info["job_ref"], key[2], result["state"])
+    return web.json_response(result)
+
+
 def _load_balancer_error(code: int, reason: str) -> web.Response:
     """Google's front end answers some failures itself, with an HTML page instead of an error envelope."""
     page = (
@@ -275,6 +301,7 @@ def make_app(state: ServerState) -> web.Application:
     app = web.Application(client_max_size=64 * MAX_REQUEST_BYTES)
     app[STATE_KEY] = state
     app.router.add_post("/token", token_endpoint)
+    app.router.add_route("*", CONTROL_PATH, control_endpoint)
     app.router.add_route("*", "/{tail:.*}", call_slurm_rest_api)
     app.on_startup.append(_start_backends)
     app.on_cleanup.append(_close_backends)

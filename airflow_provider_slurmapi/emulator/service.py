@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from airflow_provider_slurmapi.emulator import auth
-from airflow_provider_slurmapi.emulator.backend_api import SlurmBackend
+from airflow_provider_slurmapi.emulator.backend_api import ControlError, SlurmBackend
 from airflow_provider_slurmapi.emulator.builtin import BuiltinBackend
 from airflow_provider_slurmapi.emulator.faults import FaultInjector, FaultPlan, ScriptedFault
 from airflow_provider_slurmapi.emulator.output_mount import MountingBackend, OutputMount
@@ -46,6 +46,8 @@ class EmulatorConfig:
     state_dir: str | Path | None = None  # job scripts and step records (temp dir if None)
     kill_wait: float = 3.0  # seconds between SIGTERM and SIGKILL on cancel/timeout (Slurm KillWait)
     sched_delay: float = 1.0  # a new job stays PENDING this long, like Slurm's next scheduler pass
+    # a requeued job pends this long (reason BeginTime) before it runs again: real Slurm ~121 s
+    requeue_delay: float = 120.0
     virtual_jobs: bool = False  # run no processes: a job lasts $EMULATOR_RUNTIME s (for scale tests)
     backend: str = "builtin"  # or "slurmrestd": forward every call to a real slurmrestd
     slurmrestd_url: str | None = None  # e.g. http://slurm-head:6820 (slurmrestd backend only)
@@ -64,6 +66,8 @@ class EmulatorConfig:
             raise ValueError("reply_shape must be 'structured' or 'body'")
         if not self.clusters:
             raise ValueError("at least one cluster is needed")
+        if self.requeue_delay < 0:
+            raise ValueError(f"requeue_delay must be 0 or more seconds, not {self.requeue_delay!r}")
         if self.backend not in BACKENDS:
             allowed = " or ".join(repr(name) for name in BACKENDS)
             raise ValueError(f"backend must be {allowed}, not {self.backend!r}")
@@ -112,6 +116,7 @@ def _make_slurm(config: EmulatorConfig, key: ClusterKey, state_dir: Path) -> Slu
         kill_wait=config.kill_wait,
         sched_delay=config.sched_delay,
         virtual_jobs=config.virtual_jobs,
+        requeue_delay=config.requeue_delay,
     )
 
 
@@ -182,6 +187,32 @@ class Emulator:
         self._thread.join(timeout=30)
         self._thread = None
         self._cleanup_dirs()
+
+    def control(self, job_id: int | str, action: str, *, cluster: str | None = None) -> dict[str, Any]:
+        """Do ``action`` to a job, as an admin's scontrol or the cluster would (built-in backend only).
+
+        ``action``: ``requeue``, ``requeuehold``, ``hold``, ``release``, ``preempt`` or ``node_fail``;
+        ``job_id``: ``12`` or an array task ``"12_3"``; ``cluster``: a cluster's name (or
+        ``project/region/cluster``), default the first configured. Answers ``{"job_id", "action",
+        "state", "restart_cnt"}``; raises ``ControlError`` (``.status`` 400, 404, 409 or 501) if refused.
+        """
+        if self._loop is None or self._thread is None:
+            raise RuntimeError("the emulator is not started")
+        backend = self.backends[self._cluster_key(cluster)]
+
+        async def act() -> dict[str, Any]:  # in the server's loop, like the HTTP control
+            return backend.control(str(job_id), action)
+
+        return asyncio.run_coroutine_threadsafe(act(), self._loop).result(timeout=30)
+
+    def _cluster_key(self, cluster: str | None) -> ClusterKey:
+        if cluster is None:
+            return self.config.clusters[0]
+        for key in self.config.clusters:
+            if cluster in (key[2], "/".join(key)):
+                return key
+        names = ", ".join("/".join(key) for key in self.config.clusters)
+        raise ControlError(404, f"no cluster {cluster!r} in this emulator; it has {names}")
 
     def issue_token(self, principal: str | None = None, lifetime: float | None = None) -> str:
         """A valid bearer token (default principal: the emulator's service account)."""

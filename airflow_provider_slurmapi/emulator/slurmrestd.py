@@ -10,6 +10,7 @@ import yarl
 
 from airflow_provider_slurmapi.emulator.backend_api import (
     BackendUnavailable,
+    ControlError,
     SlurmAnswer,
     SlurmBackend,
     SlurmRequest,
@@ -17,6 +18,15 @@ from airflow_provider_slurmapi.emulator.backend_api import (
 )
 
 _BODY_METHODS = ("POST", "PUT", "PATCH")
+# what a Slurm admin runs for each control action
+_SCONTROL = {
+    "requeue": "scontrol requeue {job}",
+    "requeuehold": "scontrol requeuehold {job}",
+    "hold": "scontrol hold {job}",
+    "release": "scontrol release {job}",
+    "preempt": "a job in a partition of higher PriorityTier (PreemptMode=REQUEUE)",
+    "node_fail": "scontrol update nodename=<the job's node> state=down reason=test",
+}
 
 
 class SlurmrestdBackend(SlurmBackend):
@@ -32,6 +42,11 @@ class SlurmrestdBackend(SlurmBackend):
     def is_known_path(self, path: str) -> bool:
         # the same routes as the builtin backend, so Google-side validation does not depend on the backend
         return is_slurm_route(path)
+
+    def control(self, job_ref: str, action: str) -> dict[str, Any]:
+        # the job lives in a real Slurm: only its own tools can requeue, hold or fail it
+        how = _SCONTROL.get(action, "scontrol").format(job=job_ref)
+        raise ControlError(501, f"the slurmrestd backend forwards to a real Slurm: on the cluster, use {how}")
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
