@@ -70,7 +70,15 @@ def real_slurm() -> Iterator[RealSlurm]:
 
 @pytest.fixture
 def task_log(caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> Callable[[], str]:
-    """What the task, hook or trigger logged so far: Airflow 3 writes it to stdout (structlog),
-    2.x to logging."""
+    """What the task, hook or trigger logged since the last call, each line once: Airflow 3 writes
+    it to stdout (structlog), 2.x to logging (whose console handler also prints it)."""
+    from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_0_PLUS
+
     caplog.set_level("INFO")
-    return lambda: caplog.text + capsys.readouterr().out
+
+    def read() -> str:
+        printed, logged = capsys.readouterr().out, caplog.text
+        caplog.clear()
+        return printed if AIRFLOW_V_3_0_PLUS else logged
+
+    return read

@@ -1,8 +1,25 @@
-"""Compare JSON replies by shape: the same keys and the same JSON value types, recursively."""
+"""Compare JSON replies by shape: the same keys and the same JSON value types, recursively; and
+the job fields whose values the emulator must give as real Slurm does."""
 
 from __future__ import annotations
 
 from typing import Any
+
+# What state a live job (/slurm) is in, and why
+JOB_STATE_FIELDS = (
+    "job_state",
+    "state_reason",
+    "state_description",
+    "exit_code",
+    "derived_exit_code",
+    "flags",
+    "hold",
+    "priority",  # deterministic here: one user, no priority plugin (1, or 0 when held)
+)
+# Flags telling which of slurmctld's schedulers (main or backfill) got to a job first: timing
+SCHEDULER_FLAGS = frozenset(
+    {"BACKFILL_ATTEMPTED", "SCHEDULING_ATTEMPTED", "STARTED_ON_BACKFILL", "STARTED_ON_SCHEDULE", "STARTED_ON_SUBMIT"}
+)
 
 
 def _kind(value: Any) -> str:

@@ -148,6 +148,7 @@ class Job:
     # earlier runs of a requeued job, oldest first: accounting keeps a record of each
     runs: list[Job] = field(default_factory=list)
     settled: bool = False  # an action already decided how the current run ends (requeue, node failure)
+    repass: bool = False  # released, or requeued after a node failure: reason None until the next pass
 
     @property
     def terminal(self) -> bool:

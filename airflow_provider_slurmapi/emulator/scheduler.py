@@ -159,7 +159,7 @@ class Scheduler:
                 raise refuse("only a held PENDING job can be released")
             job.hold, job.state_reason, job.state_description = False, "None", ""
             job.db_reason = job.hold_reason  # accounting keeps the reason the job was held for
-            job.queued_at = time.monotonic()  # reason None until the next scheduler pass
+            job.queued_at, job.repass = time.monotonic(), True  # reason None until the next scheduler pass
         log.info("job %s: %s -> %s", name, action, _state_text(job))
         self._touch(job)
         self._poke()
@@ -184,7 +184,7 @@ class Scheduler:
             job.state_reason, job.state_description = "JobHeldUser", "job requeued in held state"
         if new_pass:
             job.state_reason = "None"
-            job.queued_at = time.monotonic()
+            job.queued_at, job.repass = time.monotonic(), True
         if not completing:
             self._new_run(job)
         # a node that went down takes its processes with it; otherwise SIGTERM, SIGKILL after kill_wait
@@ -253,8 +253,9 @@ class Scheduler:
                 if job.dependent and past_delay:  # a scheduler pass clears it (real: 1.5-8 s in)
                     job.dependent = False
                     self._touch(job)
-                if job.restart_cnt and not job.hold and not past_delay:
+                if job.repass and not job.hold and not past_delay:
                     break  # requeued after a node failure or released: reason None until the next pass
+                job.repass = False
                 reason = "None"
                 if job.hold:
                     reason = job.hold_reason

@@ -132,7 +132,9 @@ class Cluster:
 
     def node_cpus(self) -> int:
         """All the CPUs of the node, so that a job of a higher tier must preempt a job asking for them."""
-        return int(self.real.admin("sinfo", "-h", "-n", NODE, "-o", "%c").split()[0]) if self.real else 1
+        if self.real is None:
+            return len(os.sched_getaffinity(0))  # what scripts/slurm-up.sh gives the real node (nproc)
+        return int(self.real.admin("sinfo", "-h", "-n", NODE, "-o", "%c").split()[0])
 
     def cleanup(self) -> None:
         """Cancel whatever a failed scenario left behind, so it cannot hold the node."""

@@ -223,11 +223,11 @@ def test_lost_submit_reply_is_reconciled_through_the_key(cluster: Cluster, emula
 
 # --- what Slurm does to a running job: requeue, preemption, node failure, hold --------------------
 
-# The first run would last long; the run after a requeue ($SLURM_RESTART_COUNT > 0) ends at once.
+# The first run would last long; the run after a requeue ($SLURM_RESTART_COUNT > 0) lasts 2 s.
 FIRST_RUN_LONG = (
     "#!/bin/bash\n"
     'echo "run ${SLURM_RESTART_COUNT:-0}"\n'
-    'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then exit 0; fi\n'
+    'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then sleep 2; exit 0; fi\n'
     "sleep 300\n"
 )
 
