@@ -21,7 +21,8 @@ if [ ! -x "$VENV/bin/python" ]; then
         "$PYTHON" -m venv "$VENV"
     fi
 fi
-stamp="$VENV/.installed-$(cat pyproject.toml scripts/setup-env.sh | sha256sum | cut -c1-16)-$(echo "$AIRFLOW_REQUIREMENT" | sha256sum | cut -c1-8)"
+# the package's version (in __init__.py) is part of its installed metadata: a new one reinstalls it
+stamp="$VENV/.installed-$(cat pyproject.toml scripts/setup-env.sh airflow_provider_slurmapi/__init__.py | sha256sum | cut -c1-16)-$(echo "$AIRFLOW_REQUIREMENT" | sha256sum | cut -c1-8)"
 if [ ! -f "$stamp" ]; then
     if ! "$VENV/bin/python" -m uv --version >/dev/null 2>&1; then
         "$VENV/bin/python" -m ensurepip >/dev/null 2>&1 || true
