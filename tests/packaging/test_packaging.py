@@ -62,14 +62,17 @@ def the_one(dist: Path, pattern: str) -> Path:
     return found[0]
 
 
-def test_sdist_has_sources_pyproject_and_readme(dist: Path) -> None:
+def test_sdist_has_sources_pyproject_readme_and_license(dist: Path) -> None:
     sdist = the_one(dist, "*.tar.gz")
     assert sdist.name == f"airflow_provider_slurmapi-{VERSION}.tar.gz"
     prefix = sdist.name.removesuffix(".tar.gz") + "/"
     with tarfile.open(sdist) as tar:
         names = {name.removeprefix(prefix) for name in tar.getnames()}
-    missing = (package_files() | {"pyproject.toml", "README.md"}) - names
+    missing = (package_files() | {"pyproject.toml", "README.md", "LICENSE"}) - names
     assert not missing, f"missing from the sdist: {sorted(missing)}"
+    with tarfile.open(sdist) as tar:
+        shipped = tar.extractfile(f"{prefix}LICENSE")
+        assert shipped is not None and shipped.read() == (ROOT / "LICENSE").read_bytes()
     stray = [n for n in names if n.startswith((".venv", ".git/")) or "__pycache__" in n]
     assert not stray, f"should not be in the sdist: {stray[:10]}"
 
@@ -83,6 +86,7 @@ def test_wheel_contents_entry_points_and_version(dist: Path) -> None:
         wheel_metadata = zf.read(f"{info}/METADATA").decode()
         entry_points = configparser.ConfigParser()
         entry_points.read_string(zf.read(f"{info}/entry_points.txt").decode())
+        license_text = zf.read(f"{info}/licenses/LICENSE")
     # Loaded at run time with importlib.resources: the job schema and the emulator's reply templates.
     data = {f"{PACKAGE}/py.typed", f"{PACKAGE}/client/schemas/job_desc_msg.json"}
     data |= {f for f in package_files() if f.startswith(f"{PACKAGE}/emulator/templates/")}
@@ -90,6 +94,10 @@ def test_wheel_contents_entry_points_and_version(dist: Path) -> None:
     missing = (package_files() | data) - names
     assert not missing, f"missing from the wheel: {sorted(missing)}"
     assert f"Version: {VERSION}\n" in wheel_metadata
+    # the license text ships with the wheel, and its metadata names it (PEP 639)
+    assert license_text == (ROOT / "LICENSE").read_bytes()
+    assert license_text.startswith(b"\n                                 Apache License\n                           Version 2.0")
+    assert "License-Expression: Apache-2.0\n" in wheel_metadata and "License-File: LICENSE\n" in wheel_metadata
     assert dict(entry_points["apache_airflow_provider"]) == {
         "provider_info": f"{PACKAGE}.get_provider_info:get_provider_info"
     }
