@@ -96,7 +96,9 @@ def test_wheel_contents_entry_points_and_version(dist: Path) -> None:
     assert f"Version: {VERSION}\n" in wheel_metadata
     # the license text ships with the wheel, and its metadata names it (PEP 639)
     assert license_text == (ROOT / "LICENSE").read_bytes()
-    assert license_text.startswith(b"\n                                 Apache License\n                           Version 2.0")
+    assert license_text.startswith(
+        b"\n                                 Apache License\n                           Version 2.0"
+    )
     assert "License-Expression: Apache-2.0\n" in wheel_metadata and "License-File: LICENSE\n" in wheel_metadata
     assert dict(entry_points["apache_airflow_provider"]) == {
         "provider_info": f"{PACKAGE}.get_provider_info:get_provider_info"
