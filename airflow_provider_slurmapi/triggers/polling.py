@@ -4,9 +4,10 @@ that watches a job of the same cluster, with the same credentials, in one trigge
 A shared poller asks for the state of all watched jobs in one call per interval
 (``GET /slurm/vX/jobs/state/?job_id=1&job_id=2...``). A trigger reads its job's full status by
 itself only when the answer says the job finished or does not list it (a job that left the live
-queue is then read from accounting), and for a pending job, since the answer shows neither holds
-nor requeues: when it is first seen pending, when it went back to pending (a requeue), and every
-``HELD_REPORT_SECONDS`` while it stays pending. If the API refuses the query, every trigger falls back to
+queue is then read from accounting), and, since the answer shows neither holds nor requeues, a
+pending job when it is first seen pending, when it went back to pending (a requeue), and every
+``HELD_REPORT_SECONDS`` while its last full read found it held; at most ``FULL_READS_PER_TICK`` of
+these per tick. A job held once it was already seen pending shows only at its next full read. If the API refuses the query, every trigger falls back to
 reading its job by itself, and the poller says so once in the log.
 """
 
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 
 # Triggers started together (a triggerer starting up) join the poller's first call.
 GATHER_SECONDS = 0.2
+# Full reads of pending jobs (for holds and requeues) the poller allows per tick: a triggerer that
+# starts with a thousand pending jobs reads them over a few intervals, not in one burst.
+FULL_READS_PER_TICK = 50
 
 
 async def open_client(hook_kwargs: dict[str, Any]) -> AsyncSlurmJobApiClient:
@@ -82,6 +86,7 @@ class SharedPoller:
         self._tick = Tick()
         self._ticked = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
+        self._full_reads_left = FULL_READS_PER_TICK
 
     async def start(self) -> AsyncSlurmJobApiClient:
         async with self._ready:
@@ -90,6 +95,13 @@ class SharedPoller:
             if self._loop_task is None:
                 self._loop_task = asyncio.ensure_future(self._poll())
             return self.client
+
+    def grant_full_read(self) -> bool:
+        """Whether a trigger may read its pending job in full this tick (see ``FULL_READS_PER_TICK``)."""
+        if self._full_reads_left <= 0:
+            return False
+        self._full_reads_left -= 1
+        return True
 
     async def next_tick(self) -> Tick:
         ticked = self._ticked  # the event of the coming tick, even if a tick happens meanwhile
@@ -111,6 +123,7 @@ class SharedPoller:
                 self.unsupported = True
             except SlurmJobApiError as error:  # the client already retried; triggers keep watching
                 tick.error = error
+            self._full_reads_left = FULL_READS_PER_TICK
             self._tick, ticked, self._ticked = tick, self._ticked, asyncio.Event()
             ticked.set()
             if self.unsupported:
@@ -148,7 +161,8 @@ class SharedJobReader:
         self._alone: JobReader | None = None
         self._has_read = False
         self._last_state: str | None = None  # the state the last tick gave, if it listed the job
-        self._read_in_full_at: float | None = None  # monotonic time of the last full read while pending
+        self._owes_full_read = False  # a pending job's hold or requeue is still to be read
+        self._held_since_read: float | None = None  # monotonic time of the last full read that found it held
 
     async def next_status(self, job_id: str) -> JobStatus:
         """The job's status at the poller's next tick: its summary while the job is active, else
@@ -162,19 +176,24 @@ class SharedJobReader:
             raise tick.error
         self._has_read = True
         summary = tick.active.get(job_id)
-        last_state, self._last_state = self._last_state, summary.state if summary else None
-        if summary is not None and not self._worth_reading_in_full(summary, last_state):
+        if summary is None:
+            return await self.client.get_job(job_id)
+        self._owes_full_read |= self._worth_reading_in_full(summary)
+        self._last_state = summary.state
+        if not (self._owes_full_read and self.poller.grant_full_read()):
             return summary
-        if summary is not None:
-            self._read_in_full_at = time.monotonic()
-        return await self.client.get_job(job_id)
+        self._owes_full_read = False
+        status = await self.client.get_job(job_id)
+        self._held_since_read = time.monotonic() if status.held else None
+        return status
 
-    def _worth_reading_in_full(self, summary: JobStatus, last_state: str | None) -> bool:
-        """A pending job first seen, back to pending (requeued) or not read in full for a while."""
+    def _worth_reading_in_full(self, summary: JobStatus) -> bool:
+        """Pending when first seen or again (a requeue), or held when last read a while ago."""
         if summary.state != "PENDING":
             return False
-        read_at = self._read_in_full_at
-        return read_at is None or last_state != "PENDING" or time.monotonic() - read_at >= HELD_REPORT_SECONDS
+        held_at = self._held_since_read
+        recheck = held_at is not None and time.monotonic() - held_at >= HELD_REPORT_SECONDS
+        return self._last_state != "PENDING" or recheck
 
 
 def statuses_from_states(states: dict[str, list[str]]) -> dict[str, JobStatus]:

@@ -23,6 +23,7 @@ import random
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_DAG = REPO / "example_dags" / "example_slurm_submit_job.py"
 MAX_TRIES = 10  # enough that random faults never exhaust a task run's retries
+HEARTBEAT_TIMEOUT = 2.0  # seconds, scaled down: longer than any request in flight (latency faults: 0.5 s)
 
 
 # --- the worker process ------------------------------------------------------------------------
@@ -192,6 +194,11 @@ class Harness:
                 run.outcome = result["outcome"] if result["outcome"] == "success" else result["error"]
                 return
             run.outcome = result.get("error", "killed")  # retried, as Airflow does with retries
+            if result.get("error") == "worker killed":
+                # Airflow retries a killed worker's task only once it has missed its heartbeats
+                # (task_instance_heartbeat_timeout, 300 s by default): by then a request the dead
+                # worker had sent (a submit) has reached Slurm, and the retry's key lookup finds its job
+                time.sleep(HEARTBEAT_TIMEOUT)
         return
 
     def worker(self, run: TaskRun, event: dict[str, Any] | None, *, may_kill: bool) -> dict[str, Any]:

@@ -145,8 +145,13 @@ class FakePoller:
     unsupported = False
     interval = 1.0
 
-    def __init__(self, ticks: list[Tick]) -> None:
+    def __init__(self, ticks: list[Tick], full_reads: int = 1000) -> None:
         self.ticks = iter(ticks)
+        self.full_reads = full_reads
+
+    def grant_full_read(self) -> bool:
+        self.full_reads -= 1
+        return self.full_reads >= 0
 
     async def next_tick(self) -> Tick:
         return next(self.ticks)
@@ -184,3 +189,38 @@ def test_the_shared_reader_reads_in_full_when_a_job_goes_back_to_pending() -> No
     assert [v.status.state for v in verdicts] == ["PENDING", "RUNNING", "PENDING", "PENDING", "RUNNING"]
     assert [v.requeued for v in verdicts] == [False, False, True, False, False]
     assert [v.changed for v in verdicts] == [True, True, True, False, True]  # a bulk answer keeps the reason
+
+
+def test_a_full_read_refused_this_tick_is_made_at_the_next(slurm_fixture) -> None:
+    held = JobStatus.from_slurm(slurm_fixture("hold_at_submit_1_pending_jobhelduser.json")["jobs"][0])
+    pending = Tick(active={held.job_id: JobStatus(held.job_id, "PENDING", source="state")})
+    poller = FakePoller([pending, pending, pending], full_reads=0)  # the poller's budget is spent
+    client = FakeClient([held])
+    reader = SharedJobReader(poller, client)  # type: ignore[arg-type]
+
+    async def read(times: int) -> list[JobStatus]:
+        return [await reader.next_status(held.job_id) for _ in range(times)]
+
+    assert [status.held for status in asyncio.run(read(1))] == [False]  # the summary, for now
+    poller.full_reads = 1
+    assert [status.held for status in asyncio.run(read(2))] == [True, False]  # owed, then read once
+    assert client.reads == 1
+
+
+def test_a_held_job_is_read_again_every_ten_minutes(slurm_fixture, monkeypatch) -> None:
+    held = JobStatus.from_slurm(slurm_fixture("hold_at_submit_1_pending_jobhelduser.json")["jobs"][0])
+    pending = Tick(active={held.job_id: JobStatus(held.job_id, "PENDING", source="state")})
+    client = FakeClient([held, held])
+    reader = SharedJobReader(FakePoller([pending] * 4), client)  # type: ignore[arg-type]
+    now = [1000.0]
+    monkeypatch.setattr("airflow_provider_slurmapi.triggers.polling.time.monotonic", lambda: now[0])
+
+    async def read() -> JobStatus:
+        return await reader.next_status(held.job_id)
+
+    assert asyncio.run(read()).held is True  # first seen pending: read in full
+    now[0] += HELD_REPORT_SECONDS - 1
+    assert asyncio.run(read()).source == "state"  # held, but read less than 10 minutes ago
+    now[0] += 1
+    assert asyncio.run(read()).held is True  # read again
+    assert client.reads == 2
