@@ -1,4 +1,4 @@
-"""Airflow 3 components as separate processes in a temporary AIRFLOW_HOME, and its REST API.
+"""Airflow components as separate processes in a temporary AIRFLOW_HOME, and its REST API.
 
 Nothing here imports Airflow: the same test files are collected under Airflow 2, where
 ``require_airflow_3()`` skips them.
@@ -35,6 +35,12 @@ def require_airflow_3() -> None:
         pytest.skip(f"needs Airflow 3 (api-server, dag-processor, REST API v2); Airflow {installed} is installed")
 
 
+def require_airflow_2() -> None:
+    installed = version("apache-airflow")
+    if int(installed.split(".")[0]) != 2:
+        pytest.skip(f"needs Airflow 2 (webserver, REST API v1); Airflow {installed} is installed")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -56,10 +62,13 @@ def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval:
 class RestApi:
     """The public REST API (``/api/v2``) with a bearer token; an error status fails with the body."""
 
-    def __init__(self, url: str, token: str) -> None:
+    def __init__(self, url: str, token: str | None = None, *, basic: tuple[str, str] | None = None) -> None:
         self.url = url
         self.session = requests.Session()
-        self.session.headers.update({"Authorization": f"Bearer {token}", "Accept": "application/json"})
+        self.session.headers.update({"Accept": "application/json"})
+        if token is not None:
+            self.session.headers["Authorization"] = f"Bearer {token}"
+        self.session.auth = basic  # Airflow 2's REST API: basic auth
 
     def request(self, method: str, path: str, *, missing_ok: bool = False, **kwargs: Any) -> Any:
         response = self.session.request(method, self.url + path, timeout=30, **kwargs)
@@ -198,6 +207,53 @@ class Airflow:
             raise AssertionError(f"{what}\n\n{self.tails()}") from error
 
 
+class Airflow2(Airflow):
+    """Airflow 2.11 in one AIRFLOW_HOME: webserver (REST API v1, basic auth), scheduler, triggerer;
+    SQLite with the SequentialExecutor (2.x runs nothing else on SQLite)."""
+
+    def __init__(self, home: Path, **env: str) -> None:
+        super().__init__(
+            home,
+            AIRFLOW__CORE__EXECUTOR="SequentialExecutor",
+            AIRFLOW__API__AUTH_BACKENDS="airflow.api.auth.backend.basic_auth",
+            **env,
+        )
+
+    def migrate(self) -> None:
+        super().migrate()
+        result = subprocess.run(
+            [AIRFLOW, "users", "create", "--role", "Admin", "--username", USER, "--password", self.password,
+             "--firstname", "A", "--lastname", "Admin", "--email", "admin@example.com"],
+            env=self.env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise AssertionError(f"airflow users create failed:\n{(result.stdout + result.stderr)[-5000:]}")
+
+    def start(self, component: str, *args: str, name: str | None = None, **env: str) -> None:
+        if component == "webserver":
+            args = ("--hostname", "127.0.0.1", "--port", str(self.port), "--workers", "1", *args)
+        super().start(component, *args, name=name, **env)
+
+    def wait_until_up(self, timeout: float = 180) -> None:
+        def healthy() -> bool:
+            self.check_alive()
+            with contextlib.suppress(requests.RequestException, ValueError):
+                return requests.get(f"{self.url}/health", timeout=5).json()["metadatabase"]["status"] == "healthy"
+            return False
+
+        wait_for(healthy, timeout, "the webserver to answer /health")
+
+    def api(self) -> RestApi:
+        return RestApi(self.url, basic=(USER, self.password))
+
+    def api_for(self, dag_id: str) -> RestApi:
+        api = self.api()
+        with self.explained():
+            wait_for(lambda: api.get(f"/api/v1/dags/{dag_id}", missing_ok=True), 180, f"the DAG {dag_id} to be parsed")
+            assert api.patch(f"/api/v1/dags/{dag_id}", {"is_paused": False})["is_paused"] is False
+        return api
+
+
 def stop_process_group(process: subprocess.Popen[bytes], grace: float = 20) -> None:
     # Task processes put themselves in groups of their own: collect the whole tree first.
     try:
@@ -219,10 +275,19 @@ def stop_process_group(process: subprocess.Popen[bytes], grace: float = 20) -> N
 
 
 @contextlib.contextmanager
-def running(home: Path, components: list[str], **env: str) -> Iterator[Airflow]:
-    """Migrate the database, start the components and wait for the api-server; stop them all at the end."""
-    airflow = Airflow(home, **env)
+def running(
+    home: Path,
+    components: list[str],
+    prepare: Callable[[Airflow], None] | None = None,
+    kind: type[Airflow] = Airflow,
+    **env: str,
+) -> Iterator[Airflow]:
+    """Migrate the database, ``prepare`` it (add a connection...), start the components and wait for
+    the api-server (Airflow 2: the webserver); stop them all at the end."""
+    airflow = kind(home, **env)
     airflow.migrate()
+    if prepare is not None:
+        prepare(airflow)
     try:
         for component in components:
             airflow.start(component)

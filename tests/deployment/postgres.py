@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import os
 import shutil
 import subprocess
 import tempfile
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.deployment.airflow_services import free_port, wait_for
+from tests.deployment.debian import unavailable_reason
 from tests.real_slurm import in_ci
 
 DATABASE = USER = "airflow"
@@ -27,20 +27,6 @@ DATABASE = USER = "airflow"
 def _binaries() -> Path | None:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
     return Path(found[-1]).parent if found else None
-
-
-def _unavailable_reason() -> str | None:
-    """Why this machine cannot run the server, after installing Debian's package if it can; None if it can."""
-    if _binaries():
-        return None if os.geteuid() == 0 else "needs root to run PostgreSQL as the postgres user"
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        return "PostgreSQL is not installed, and installing Debian's postgresql needs root on Debian"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "postgresql"]):
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, check=False)
-        if result.returncode != 0:
-            return f"{' '.join(command)} failed: {(result.stdout + result.stderr)[-2000:]}"
-    return None if _binaries() else "installing Debian's postgresql gave no initdb"
 
 
 @dataclass(frozen=True)
@@ -64,7 +50,7 @@ class Postgres:
 @contextlib.contextmanager
 def postgres_server() -> Iterator[Postgres]:
     """Start a server for one test module; fails in CI and skips elsewhere when the machine cannot."""
-    reason = _unavailable_reason()
+    reason = unavailable_reason("postgresql", _binaries)
     if reason:
         if in_ci():
             pytest.fail(f"the PostgreSQL deployment test is mandatory in CI, but {reason}", pytrace=False)
