@@ -1,0 +1,106 @@
+"""Airflow 2.11 as separate processes (webserver, scheduler, triggerer), against the emulator:
+marking a deferred task failed through the REST API cancels its job through the real 2.11
+triggerer, and a triggerer restart does not.
+
+Airflow 2 has no ``on_kill`` for triggers: a stopped trigger is cancelled both when a user killed
+its task and when its triggerer shuts down, and reads its task's state in the metadata database to
+tell the two apart.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_slurmapi.emulator import Emulator
+from tests.conftest import connection_json
+from tests.deployment.airflow_services import (
+    Airflow,
+    Airflow2,
+    RestApi,
+    require_airflow_2,
+    running,
+    stop_process_group,
+    wait_for,
+)
+
+pytestmark = pytest.mark.deployment
+
+DAG_ID, TASK_ID = "slurm_airflow2", "train"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _requirements() -> None:
+    require_airflow_2()
+
+
+@pytest.fixture(scope="module")
+def airflow(emulator: Emulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
+    home = tmp_path_factory.mktemp("airflow2-deployment")
+    (home / "dags").mkdir()
+    shutil.copy(Path(__file__).parent / "dags" / "slurm_airflow2.py", home / "dags")
+    components = ["webserver", "scheduler", "triggerer"]
+    connection = connection_json(emulator)
+    with running(home, components, kind=Airflow2, AIRFLOW_CONN_SLURM_JOB_API_DEFAULT=connection) as deployment:
+        yield deployment
+
+
+@pytest.fixture(scope="module")
+def api(airflow: Airflow) -> RestApi:
+    return airflow.api_for(DAG_ID)
+
+
+class DeferredRun:
+    def __init__(self, airflow: Airflow, api: RestApi, emulator: Emulator, seconds: int) -> None:
+        self.airflow, self.api, self.emulator = airflow, api, emulator
+        self.started = time.time()
+        run = api.post(f"/api/v1/dags/{DAG_ID}/dagRuns", {"conf": {"seconds": seconds}})
+        self.path = f"/api/v1/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}/taskInstances/{TASK_ID}"
+
+    def state(self) -> str | None:
+        self.airflow.check_alive()
+        return self.api.get(self.path)["state"]
+
+    def job_id(self) -> str:
+        """The job, once the triggerer polls it."""
+        submit = wait_for(
+            lambda: self.emulator.requests.calls("POST", "/job/submit$", since=self.started), 120, "the submit"
+        )
+        job_id = str(submit[0].reply["job_id"])
+        wait_for(lambda: self.state() == "deferred" or None, 120, "the task to be deferred")
+        polled = self.emulator.requests.calls
+        wait_for(lambda: polled("GET", f"/job/{job_id}$|/jobs/state", since=time.time() - 1), 60, "the trigger to poll")
+        return job_id
+
+    def deletes(self) -> list:
+        return self.emulator.requests.calls("DELETE", "/job/", since=self.started)
+
+
+def test_a_triggerer_restart_leaves_the_job_running(airflow: Airflow, api: RestApi, emulator: Emulator) -> None:
+    with airflow.explained():
+        run = DeferredRun(airflow, api, emulator, seconds=20)
+        job_id = run.job_id()
+        stop_process_group(airflow.processes.pop("triggerer"))  # SIGTERM: its triggers are cancelled
+        airflow.start("triggerer")
+        state = wait_for(lambda: (s := run.state()) in ("success", "failed") and s, 180, "the task to finish")
+        print(f"\n== Airflow 2.11, triggerer restart: job {job_id}, task {state}, DELETEs {len(run.deletes())}")
+        assert run.deletes() == []
+        assert state == "success"
+        log = airflow.log_file("triggerer").read_text(errors="replace")
+        assert "is still deferred (another triggerer watches it)" in log or "runs on" in log, log[-3000:]
+
+
+def test_marking_a_deferred_task_failed_cancels_its_job(airflow: Airflow, api: RestApi, emulator: Emulator) -> None:
+    with airflow.explained():
+        run = DeferredRun(airflow, api, emulator, seconds=60)
+        job_id = run.job_id()
+        marked = time.time()
+        api.patch(run.path, {"new_state": "failed"})
+        cancel = wait_for(lambda: emulator.requests.calls("DELETE", f"/job/{job_id}$", since=marked), 60, "the cancel")
+        print(f"\n== Airflow 2.11, mark failed: job {job_id} cancelled {cancel[0].at - marked:.1f} s after the mark")
+        assert [call.path.rsplit("/", 1)[-1] for call in run.deletes()] == [job_id]
+        assert run.state() == "failed"

@@ -1,0 +1,278 @@
+"""The Celery executor on PostgreSQL and Redis, as Cloud Composer runs Airflow: api-server,
+scheduler, dag-processor, a triggerer and two Celery workers, all on one Airflow 3 metadata
+database in PostgreSQL, against the emulator. The Slurm connection is stored in that database, so
+every process (the workers' submits, the triggerer's async lookups) reads it from there.
+
+- twenty deferred tasks across both workers, with the scheduler restarted while they wait;
+- a worker-side wait whose Celery worker is SIGKILLed: Airflow retries the task on the other
+  worker, and the retry reattaches the same Slurm job.
+
+Each case prints its figures (run with ``-s`` to see them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from airflow_provider_slurmapi.client.submission import submission_key
+from airflow_provider_slurmapi.emulator import Emulator, LoggedCall
+from tests.conftest import CLUSTER, PROJECT, REGION, connection_json
+from tests.deployment.airflow_services import (
+    AIRFLOW,
+    Airflow,
+    RestApi,
+    free_port,
+    require_airflow_3,
+    running,
+    stop_process_group,
+    wait_for,
+)
+from tests.deployment.postgres import Postgres, postgres_server
+from tests.deployment.redis import redis_server
+
+pytestmark = pytest.mark.deployment
+
+DAGS = Path(__file__).parent / "dags"
+FLEET, WORKER_WAIT, TASK_ID = "slurm_celery_fleet", "slurm_celery_worker_wait", "train"
+FLEET_TASKS, POLL_INTERVAL = 20, 2.0  # as in dags/slurm_celery.py
+WORKERS = ("worker-1", "worker-2")
+HEARTBEAT_TIMEOUT = 15  # seconds without a task heartbeat before the scheduler fails the try
+# The name a worker's task instances record as their hostname: both workers run on this machine.
+HOSTNAME_MODULE = '"""The name of this Celery worker, for the task instances it runs."""\nimport os\n\n\ndef hostname() -> str:\n    return os.environ["WORKER_NAME"]\n'
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _requirements() -> None:
+    require_airflow_3()
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[Postgres]:
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def redis() -> Iterator[str]:
+    with redis_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def airflow(
+    postgres: Postgres, redis: str, emulator: Emulator, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Airflow]:
+    started = time.monotonic()
+    home = tmp_path_factory.mktemp("airflow-celery")
+    (home / "dags").mkdir()
+    shutil.copy(DAGS / "slurm_celery.py", home / "dags")
+    (home / "worker_name.py").write_text(HOSTNAME_MODULE)
+    settings = {
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres.url,
+        "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "32",
+        "AIRFLOW__CELERY__BROKER_URL": redis,
+        "AIRFLOW__CELERY__WORKER_CONCURRENCY": "8",
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(HEARTBEAT_TIMEOUT),
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
+        "AIRFLOW__CORE__HOSTNAME_CALLABLE": "worker_name.hostname",
+        "PYTHONPATH": str(home),
+        "WORKER_NAME": "not-a-worker",
+    }
+    components = ["api-server", "scheduler", "dag-processor", "triggerer"]
+    with running(home, components, lambda deployment: add_connection(deployment, emulator), **settings) as deployment:
+        with deployment.explained():
+            for name in WORKERS:
+                start_worker(deployment, name)
+            wait_for(lambda: workers_ready(deployment), 120, "both Celery workers to be ready")
+        setup = time.monotonic() - started
+        print(f"\n== Celery deployment up in {setup:.0f} s: {len(airflow_processes(deployment))} processes")
+        yield deployment
+
+
+def add_connection(deployment: Airflow, emulator: Emulator) -> None:
+    """The Slurm connection in the metadata database: no AIRFLOW_CONN_ variable on any process."""
+    connection = json.loads(connection_json(emulator))
+    result = subprocess.run(
+        [AIRFLOW, "connections", "add", "slurm_job_api_default", "--conn-type", connection["conn_type"],
+         "--conn-extra", json.dumps(connection["extra"])],
+        env=deployment.env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not any(name.startswith("AIRFLOW_CONN_") for name in deployment.env)
+
+
+def start_worker(deployment: Airflow, name: str) -> None:
+    deployment.start(
+        "celery",
+        "worker",
+        "--celery-hostname",
+        f"{name}@%h",
+        name=name,
+        WORKER_NAME=name,
+        # each serves its task logs on a port of its own
+        AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=str(free_port()),
+    )
+
+
+def workers_ready(deployment: Airflow) -> bool:
+    deployment.check_alive()
+    return all("ready." in deployment.log_file(name).read_text(errors="replace") for name in WORKERS)
+
+
+def airflow_processes(deployment: Airflow) -> list[psutil.Process]:
+    found = []
+    for process in deployment.processes.values():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            parent = psutil.Process(process.pid)
+            found += [parent, *parent.children(recursive=True)]
+    return found
+
+
+@pytest.fixture(scope="module")
+def api(airflow: Airflow) -> RestApi:
+    api = airflow.api_for(FLEET)
+    airflow.api_for(WORKER_WAIT)
+    return api
+
+
+class Run:
+    """One DAG run: its task instances (from PostgreSQL) and its jobs (from the emulator)."""
+
+    def __init__(self, api: RestApi, db: Postgres, emulator: Emulator, dag_id: str, seconds: int) -> None:
+        self.db, self.emulator, self.dag_id = db, emulator, dag_id
+        self.started = time.time()
+        created = api.post(f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": {"seconds": seconds}})
+        self.run_id = created["dag_run_id"]
+
+    def task_instances(self) -> dict[int, tuple[str | None, str | None, int]]:
+        """map_index -> (state, hostname, try_number)."""
+        rows = self.db.query(
+            "SELECT map_index, state, hostname, try_number FROM task_instance WHERE dag_id = %s AND run_id = %s",
+            self.dag_id,
+            self.run_id,
+        )
+        return {index: (state, host, tries) for index, state, host, tries in rows}
+
+    def states(self) -> dict[int, str | None]:
+        return {index: ti[0] for index, ti in self.task_instances().items()}
+
+    def jobs_per_task(self) -> dict[int, list[Any]]:
+        backend: Any = self.emulator.backends[(PROJECT, REGION, CLUSTER)]
+        jobs = list(backend.jobs.values())
+        return {
+            index: [
+                job for job in jobs if submission_key(self.dag_id, TASK_ID, self.run_id, index) in job.comment.split()
+            ]
+            for index in self.states()
+        }
+
+    def submits(self) -> list[LoggedCall]:
+        return self.emulator.requests.calls("POST", "/job/submit$", since=self.started)
+
+    def wait_until(self, states: set[str], timeout: float, deployment: Airflow, count: int | None = None) -> None:
+        def reached() -> bool:
+            deployment.check_alive()
+            found = self.states()
+            return bool(found) and (count is None or len(found) == count) and set(found.values()) <= states
+
+        wait_for(reached, timeout, f"{self.dag_id} tasks to be {states}")
+
+    def wait_done(self, deployment: Airflow, timeout: float = 300) -> dict[int, str | None]:
+        self.wait_until({"success", "failed"}, timeout, deployment)
+        return self.states()
+
+
+def state_calls_per_interval(emulator: Emulator, since: float, until: float) -> int:
+    """The most bulk state calls the triggerer made in any one poll interval between two times."""
+    calls = [call.at for call in emulator.requests.calls("GET", "/jobs/state", since=since) if call.at < until]
+    assert calls, "no bulk state call: the triggers did not share a poller"
+    return max(sum(1 for t in calls if start <= t < start + POLL_INTERVAL) for start in calls)
+
+
+def test_deferred_tasks_across_two_workers_survive_a_scheduler_restart(
+    airflow: Airflow, api: RestApi, postgres: Postgres, emulator: Emulator
+) -> None:
+    with airflow.explained():
+        began = time.monotonic()
+        fleet = Run(api, postgres, emulator, FLEET, seconds=40)
+        waiter = Run(api, postgres, emulator, WORKER_WAIT, seconds=40)
+        fleet.wait_until({"deferred"}, 180, airflow, count=FLEET_TASKS)
+        waiter.wait_until({"running"}, 120, airflow)
+        watched = time.time()
+        stop_process_group(airflow.processes.pop("scheduler"))
+        airflow.start("scheduler")
+        restarted = time.time()
+        time.sleep(3 * POLL_INTERVAL)
+        most = state_calls_per_interval(emulator, watched, time.time())
+        fleet_states, waiter_states = fleet.wait_done(airflow), waiter.wait_done(airflow)
+        jobs = {**fleet.jobs_per_task(), -2: waiter.jobs_per_task()[-1]}
+        report = {
+            "fleet task states": dict(Counter(fleet_states.values())),
+            "worker-side task state": waiter_states[-1],
+            "fleet tasks per worker": dict(Counter(host for _, host, _ in fleet.task_instances().values())),
+            "submits": len(fleet.submits()),  # since the fleet started: the worker-side run's too
+            "jobs per task": dict(Counter(len(found) for found in jobs.values())),
+            "scheduler restarted after (s)": round(restarted - fleet.started, 1),
+            "state calls per interval while waiting (most)": most,
+            "wall time (s)": round(time.monotonic() - began, 1),
+            "processes": len(airflow_processes(airflow)),
+        }
+        print("\n== deferred fleet and a scheduler restart: " + "; ".join(f"{k}: {v}" for k, v in report.items()))
+        assert set(fleet_states.values()) == {"success"} and len(fleet_states) == FLEET_TASKS, fleet_states
+        assert waiter_states == {-1: "success"}, waiter_states
+        assert set(report["fleet tasks per worker"]) == set(WORKERS), report  # both workers ran some
+        assert all(len(found) == 1 for found in jobs.values()), report  # nothing resubmitted
+        assert report["submits"] == FLEET_TASKS + 1
+        assert most <= 2, most
+
+
+def test_a_lost_worker_is_retried_elsewhere_and_reattaches_its_job(
+    airflow: Airflow, api: RestApi, postgres: Postgres, emulator: Emulator
+) -> None:
+    with airflow.explained():
+        began = time.monotonic()
+        run = Run(api, postgres, emulator, WORKER_WAIT, seconds=45)
+        run.wait_until({"running"}, 120, airflow)
+        job = wait_for(lambda: [j for j in run.jobs_per_task()[-1] if j.state.value == "RUNNING"], 60, "the job to run")
+        (_, victim, first_try) = run.task_instances()[-1]
+        assert victim in WORKERS, victim
+        killed_at = time.time()
+        worker = psutil.Process(airflow.processes[victim].pid)
+        for process in [worker, *worker.children(recursive=True)]:  # its task processes go with it
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        airflow.processes.pop(victim).wait(timeout=30)  # gone on purpose: not a component failure
+        retried = wait_for(
+            lambda: (ti := run.task_instances()[-1])[2] > first_try and ti[0] == "running" and ti, 180, "the retry"
+        )
+        seconds_to_retry = time.time() - killed_at
+        states = run.wait_done(airflow)
+        start_worker(airflow, victim)  # back to two workers for the other cases
+        report = {
+            "killed worker": victim,
+            "retry on": retried[1],
+            "try": retried[2],
+            "seconds from kill to retry running": round(seconds_to_retry, 1),
+            "task state": states[-1],
+            "submits for the task's key": len(run.submits()),
+            "jobs for the key": [(j.job_id, j.state.value) for j in run.jobs_per_task()[-1]],
+            "wall time (s)": round(time.monotonic() - began, 1),
+        }
+        print("\n== worker loss: " + "; ".join(f"{k}: {v}" for k, v in report.items()))
+        assert states == {-1: "success"}, states
+        assert retried[1] != victim and retried[1] in WORKERS, report
+        assert report["submits for the task's key"] == 1, report  # the retry reattached: no second job
+        assert report["jobs for the key"] == [(job[0].job_id, "COMPLETED")], report
+        wait_for(lambda: workers_ready(airflow), 120, "the restarted worker to be ready")
