@@ -91,6 +91,8 @@ class RestApi:
 class Airflow:
     """One AIRFLOW_HOME (SQLite, LocalExecutor, SimpleAuthManager) and the components started in it."""
 
+    API = "/api/v2"
+
     def __init__(self, home: Path, **env: str) -> None:
         self.home = home
         self.port = free_port()
@@ -103,6 +105,8 @@ class Airflow:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_")}
         self.env.update(
             {
+                # executors that run `airflow tasks run` (Airflow 2's) find this environment's airflow
+                "PATH": os.pathsep.join([str(Path(AIRFLOW).parent), os.environ.get("PATH", "")]),
                 "AIRFLOW_HOME": str(home),
                 "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -177,10 +181,10 @@ class Airflow:
 
     def api_for(self, dag_id: str) -> RestApi:
         """A REST API client with a token, once the dag-processor has parsed ``dag_id``, which it unpauses."""
-        api = self.api()
+        api, dags = self.api(), f"{self.API}/dags/{dag_id}"
         with self.explained():
-            wait_for(lambda: api.get(f"/api/v2/dags/{dag_id}", missing_ok=True), 180, f"the DAG {dag_id} to be parsed")
-            assert api.patch(f"/api/v2/dags/{dag_id}", {"is_paused": False})["is_paused"] is False
+            wait_for(lambda: api.get(dags, missing_ok=True), 180, f"the DAG {dag_id} to be parsed")
+            assert api.patch(dags, {"is_paused": False})["is_paused"] is False
         return api
 
     def stop(self) -> None:
@@ -210,6 +214,8 @@ class Airflow:
 class Airflow2(Airflow):
     """Airflow 2.11 in one AIRFLOW_HOME: webserver (REST API v1, basic auth), scheduler, triggerer;
     SQLite with the SequentialExecutor (2.x runs nothing else on SQLite)."""
+
+    API = "/api/v1"
 
     def __init__(self, home: Path, **env: str) -> None:
         super().__init__(
@@ -245,13 +251,6 @@ class Airflow2(Airflow):
 
     def api(self) -> RestApi:
         return RestApi(self.url, basic=(USER, self.password))
-
-    def api_for(self, dag_id: str) -> RestApi:
-        api = self.api()
-        with self.explained():
-            wait_for(lambda: api.get(f"/api/v1/dags/{dag_id}", missing_ok=True), 180, f"the DAG {dag_id} to be parsed")
-            assert api.patch(f"/api/v1/dags/{dag_id}", {"is_paused": False})["is_paused"] is False
-        return api
 
 
 def stop_process_group(process: subprocess.Popen[bytes], grace: float = 20) -> None:

@@ -13,11 +13,12 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from airflow_provider_slurmapi.emulator import Emulator
-from tests.conftest import connection_json
+from tests.conftest import CLUSTER, PROJECT, REGION, connection_json
 from tests.deployment.airflow_services import (
     Airflow,
     Airflow2,
@@ -67,10 +68,13 @@ class DeferredRun:
 
     def job_id(self) -> str:
         """The job, once the triggerer polls it."""
-        submit = wait_for(
-            lambda: self.emulator.requests.calls("POST", "/job/submit$", since=self.started), 120, "the submit"
-        )
-        job_id = str(submit[0].reply["job_id"])
+        backend: Any = self.emulator.backends[(PROJECT, REGION, CLUSTER)]
+
+        def submitted() -> list[Any]:
+            return [job for job in backend.jobs.values() if job.submit_time >= int(self.started)]
+
+        (job,) = wait_for(submitted, 120, "the submit")
+        job_id = str(job.job_id)
         wait_for(lambda: self.state() == "deferred" or None, 120, "the task to be deferred")
         polled = self.emulator.requests.calls
         wait_for(lambda: polled("GET", f"/job/{job_id}$|/jobs/state", since=time.time() - 1), 60, "the trigger to poll")
@@ -90,8 +94,10 @@ def test_a_triggerer_restart_leaves_the_job_running(airflow: Airflow, api: RestA
         print(f"\n== Airflow 2.11, triggerer restart: job {job_id}, task {state}, DELETEs {len(run.deletes())}")
         assert run.deletes() == []
         assert state == "success"
-        log = airflow.log_file("triggerer").read_text(errors="replace")
-        assert "is still deferred (another triggerer watches it)" in log or "runs on" in log, log[-3000:]
+        # the stopped trigger read its task still deferred, in the task's trigger log
+        spared = f"is still deferred (another triggerer watches it): Slurm job {job_id} runs on"
+        logs = (airflow.home / "logs").rglob("*.log.trigger.*.log")
+        assert any(spared in log.read_text(errors="replace") for log in logs)
 
 
 def test_marking_a_deferred_task_failed_cancels_its_job(airflow: Airflow, api: RestApi, emulator: Emulator) -> None:
@@ -99,7 +105,7 @@ def test_marking_a_deferred_task_failed_cancels_its_job(airflow: Airflow, api: R
         run = DeferredRun(airflow, api, emulator, seconds=60)
         job_id = run.job_id()
         marked = time.time()
-        api.patch(run.path, {"new_state": "failed"})
+        api.patch(run.path, {"new_state": "failed", "dry_run": False})  # Airflow 2 defaults to a dry run
         cancel = wait_for(lambda: emulator.requests.calls("DELETE", f"/job/{job_id}$", since=marked), 60, "the cancel")
         print(f"\n== Airflow 2.11, mark failed: job {job_id} cancelled {cancel[0].at - marked:.1f} s after the mark")
         assert [call.path.rsplit("/", 1)[-1] for call in run.deletes()] == [job_id]

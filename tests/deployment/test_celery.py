@@ -38,7 +38,7 @@ from tests.deployment.airflow_services import (
     stop_process_group,
     wait_for,
 )
-from tests.deployment.postgres import Postgres, postgres_server
+from tests.deployment.postgres import Postgres
 from tests.deployment.redis import redis_server
 
 pytestmark = pytest.mark.deployment
@@ -55,12 +55,6 @@ HOSTNAME_MODULE = '"""The name of this Celery worker, for the task instances it 
 @pytest.fixture(scope="module", autouse=True)
 def _requirements() -> None:
     require_airflow_3()
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[Postgres]:
-    with postgres_server() as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
@@ -206,8 +200,8 @@ def test_deferred_tasks_across_two_workers_survive_a_scheduler_restart(
 ) -> None:
     with airflow.explained():
         began = time.monotonic()
-        fleet = Run(api, postgres, emulator, FLEET, seconds=40)
-        waiter = Run(api, postgres, emulator, WORKER_WAIT, seconds=40)
+        fleet = Run(api, postgres, emulator, FLEET, seconds=30)
+        waiter = Run(api, postgres, emulator, WORKER_WAIT, seconds=30)
         fleet.wait_until({"deferred"}, 180, airflow, count=FLEET_TASKS)
         waiter.wait_until({"running"}, 120, airflow)
         watched = time.time()

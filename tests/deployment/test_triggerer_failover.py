@@ -35,7 +35,7 @@ from airflow_provider_slurmapi.client.submission import submission_key
 from airflow_provider_slurmapi.emulator import Emulator, LoggedCall
 from tests.conftest import CLUSTER, PROJECT, REGION, connection_json
 from tests.deployment.airflow_services import Airflow, RestApi, free_port, require_airflow_3, running, wait_for
-from tests.deployment.postgres import Postgres, postgres_server
+from tests.deployment.postgres import Postgres
 
 pytestmark = pytest.mark.deployment
 
@@ -50,12 +50,6 @@ HEALTH_CHECK_THRESHOLD = 10  # seconds without a heartbeat before a triggerer's 
 @pytest.fixture(scope="module", autouse=True)
 def _requirements() -> None:
     require_airflow_3()
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[Postgres]:
-    with postgres_server() as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

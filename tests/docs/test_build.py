@@ -23,6 +23,7 @@ PAGES = [
     "installation",
     "connection",
     "testing",
+    "deploying",
     "operators/submit-job",
     "operators/cancel-job",
     "sensors/job",
