@@ -34,7 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_DAG = REPO / "example_dags" / "example_slurm_submit_job.py"
 MAX_TRIES = 10  # enough that random faults never exhaust a task run's retries
-HEARTBEAT_TIMEOUT = 2.0  # seconds, scaled down: longer than any request in flight (latency faults: 0.5 s)
+HEARTBEAT_TIMEOUT = 1.0  # seconds, scaled down: longer than any request in flight (latency faults: 0.5 s)
 
 
 # --- the worker process ------------------------------------------------------------------------
