@@ -47,7 +47,7 @@ class DeferringSlurmTask(Protocol):
     lost_grace: float
     execution_timeout: timedelta | None
 
-    def defer(self, *, trigger: Any, method_name: str) -> NoReturn: ...
+    def defer(self, *, trigger: Any, method_name: str, kwargs: dict[str, Any] | None = None) -> NoReturn: ...
 
 
 class ReportingSlurmTask(Protocol):
@@ -219,6 +219,7 @@ class SlurmTaskMixin:
                 shared_polling=self.shared_polling,
             ),
             method_name="execute_complete",
+            kwargs={"deferred_in_try": context["ti"].try_number},
         )
 
 
@@ -241,6 +242,23 @@ def task_deadline(context: Context, timeout: float | None, execution_timeout: ti
         started = start.timestamp() if start else time.time()
         deadlines.append(started + execution_timeout.total_seconds())
     return min(deadlines) if deadlines else None
+
+
+def resumed_by_an_earlier_try(context: Context, deferred_in_try: int | None, log: Any) -> bool:
+    """Whether ``execute_complete`` got the event of an earlier try's deferral: the task must start over.
+
+    Airflow 3.0 and 3.1.0 keep ``next_method`` and ``next_kwargs`` when a deferred try fails, so the
+    retry resumes in ``execute_complete`` with that try's event (apache/airflow#56704, fixed in 3.1.1).
+    """
+    try_number = context["ti"].try_number
+    if deferred_in_try is None or deferred_in_try == try_number:
+        return False
+    log.warning(
+        "Try %s resumed with the event of try %s's deferral (an Airflow before 3.1.1 kept it): starting over",
+        try_number,
+        deferred_in_try,
+    )
+    return True
 
 
 def status_from_event(event: dict[str, Any] | None) -> JobStatus:

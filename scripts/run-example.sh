@@ -4,11 +4,13 @@
 # Storage FUSE would), points an Airflow connection at them and runs example_slurm_submit_job with
 # `airflow dags test`; then shows the job's output as the task log shows it.
 # Extra arguments go to `airflow dags test`, e.g. -c '{"exit_code": 3}'.
+# EXAMPLE_AIRFLOW=path/to/bin/airflow runs the DAG with another installation of Airflow and this package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 scripts/setup-env.sh
 VENV=$ROOT/.venv
+AIRFLOW=${EXAMPLE_AIRFLOW:-$VENV/bin/airflow}
 WORK=$(mktemp -d)
 export AIRFLOW_HOME=$WORK/airflow AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__CORE__DAGS_FOLDER=$ROOT/example_dags
 export AIRFLOW__CORE__UNIT_TEST_MODE=False AIRFLOW__LOGGING__LOGGING_LEVEL=INFO
@@ -36,9 +38,9 @@ wait_for_port "$STORAGE_PORT" "$WORK/storage.log"
 wait_for_port "$PORT" "$WORK/emulator.log"
 
 export AIRFLOW_CONN_SLURM_JOB_API_DEFAULT="{\"conn_type\": \"slurm_job_api\", \"extra\": {\"project_id\": \"test-project\", \"region\": \"us-central1\", \"cluster_id\": \"test-cluster\", \"endpoint\": \"http://127.0.0.1:$PORT\", \"key_path\": \"$WORK/emulator-key.json\", \"output_uri\": \"$OUTPUT_URI\", \"output_cluster_path\": \"$OUTPUT_DIR\"}}"
-"$VENV/bin/airflow" db migrate > "$WORK/db.log" 2>&1 || { cat "$WORK/db.log"; exit 1; }
+"$AIRFLOW" db migrate > "$WORK/db.log" 2>&1 || { cat "$WORK/db.log"; exit 1; }
 set +e
-"$VENV/bin/airflow" dags test example_slurm_submit_job "$@" 2>&1 | tee "$WORK/dags-test.log"
+"$AIRFLOW" dags test example_slurm_submit_job "$@" 2>&1 | tee "$WORK/dags-test.log"
 rc=${PIPESTATUS[0]}
 set -e
 # the task log's lines without their timestamp and logger, to show the job's output block again

@@ -1,30 +1,58 @@
 #!/usr/bin/env bash
-# Runs the whole test suite on Airflow 3.3 (.venv), then the unit, integration, example-DAG and
-# Airflow 2 deployment suites on Airflow 2.11 (.venv-airflow2) against the built-in emulator,
-# each environment installed with uv.
-# Extra arguments go to pytest on both, e.g. scripts/test.sh tests/unit -x
-# AIRFLOW2=no skips the Airflow 2.11 run.
+# Runs the whole test suite on Airflow 3.3 (.venv), then the suites that depend on the Airflow
+# version in every other environment of scripts/environments.sh: Airflow 2.11, 3.1 and 3.2 (unit,
+# integration, system, and the deployment test of that version's kill path), every dependency at
+# its floor (unit, system), a Cloud Composer-like image taking the built wheel with plain pip (the
+# example DAG), and Python 3.13 (unit). Each environment is installed with uv, once.
+# Extra arguments go to pytest, e.g. scripts/test.sh tests/unit -x: with test paths given they run
+# on Airflow 3.3 and 2.11 only. MATRIX=no runs Airflow 3.3 only; AIRFLOW2=no leaves out Airflow 2.11.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup-env.sh
+. scripts/environments.sh
+scripts/setup-env.sh "${ENV_AIRFLOW_3_3[0]}" "${ENV_AIRFLOW_3_3[2]}"
 scripts/setup-browser.sh
 
 status=0
 .venv/bin/python -m pytest "$@" || status=$?
+[ "${MATRIX:-yes}" != no ] || exit "$status"
 
-if [ "${AIRFLOW2:-yes}" != no ]; then
-    scripts/setup-env.sh .venv-airflow2 'apache-airflow==2.11.*'
-    # the same options; the test paths given, or the suites that depend on the Airflow version
-    paths=() options=()
-    for arg in "$@"; do
-        if [ -e "${arg%%::*}" ]; then paths+=("$arg"); else options+=("$arg"); fi
-    done
-    if [ ${#paths[@]} -eq 0 ]; then
-        # what depends on the Airflow version: real Slurm's replies do not (checked on Airflow 3.3)
-        paths=(tests/unit tests/integration tests/system tests/deployment/test_airflow2_kill.py)
-        options+=(-m "not real_slurm")
-    fi
-    echo "== Airflow 2.11: ${paths[*]}"
-    .venv-airflow2/bin/python -m pytest "${options[@]}" "${paths[@]}" || status=$?
+paths=() options=()
+for arg in "$@"; do
+    if [ -e "${arg%%::*}" ]; then paths+=("$arg"); else options+=("$arg"); fi
+done
+
+# run ENV EXTRAS PYTEST_ARGS...: installs the environment if needed, then runs pytest in it
+run() {
+    local -n env=$1
+    local extras=$2
+    shift 2
+    RESOLUTION=${RESOLUTION:-highest} PYTHON=${env[1]} \
+        scripts/setup-env.sh "${env[0]}" "${env[2]}" "${env[3]}" "$extras" || { status=1; return; }
+    echo "== $1 ($("${env[0]}/bin/python" -c 'import sys, airflow; print(f"Python {sys.version.split()[0]}, Airflow {airflow.__version__}")')): ${*:2}"
+    "${env[0]}/bin/python" -m pytest "${options[@]}" "${@:2}" || status=$?
+}
+# real Slurm's replies do not depend on the Airflow version (checked on Airflow 3.3)
+not_real=(-m "not real_slurm")
+
+if [ ${#paths[@]} -gt 0 ]; then
+    [ "${AIRFLOW2:-yes}" = no ] || run ENV_AIRFLOW_2_11 test,deployment "Airflow 2.11" "${paths[@]}"
+    exit "$status"
+fi
+[ "${AIRFLOW2:-yes}" = no ] || run ENV_AIRFLOW_2_11 test,deployment "Airflow 2.11" "${not_real[@]}" \
+    tests/unit tests/integration tests/system tests/deployment/test_airflow2_kill.py
+for version in 3_1 3_2; do
+    run "ENV_AIRFLOW_$version" test,deployment "Airflow ${version/_/.}" "${not_real[@]}" \
+        tests/unit tests/integration tests/system tests/deployment/test_triggerer_failover.py
+done
+RESOLUTION=lowest-direct run ENV_LOWEST test "lowest dependencies" "${not_real[@]}" tests/unit tests/system
+echo "== Cloud Composer-like image"
+scripts/composer-check.sh || status=1
+if command -v "${ENV_PYTHON_3_13[1]}" > /dev/null; then
+    run ENV_PYTHON_3_13 test "Python 3.13" tests/unit
+elif [ "${CI:-}" = true ]; then
+    echo "error: ${ENV_PYTHON_3_13[1]} not found: the Python 3.13 run is mandatory in CI" >&2
+    status=1
+else
+    echo "== Python 3.13: skipped, ${ENV_PYTHON_3_13[1]} not found"
 fi
 exit "$status"

@@ -72,7 +72,7 @@ def real_slurm() -> Iterator[RealSlurm]:
 def task_log(caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> Callable[[], str]:
     """What the task, hook or trigger logged since the last call, each line once: Airflow 3 writes
     it to stdout (structlog), 2.x to logging (whose console handler also prints it)."""
-    from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_0_PLUS
+    from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS
 
     caplog.set_level("INFO")
 

@@ -27,8 +27,10 @@ from airflow_provider_slurmapi.slurm_task import (
     CONNECTION_TEMPLATE_FIELDS,
     SlurmTaskMixin,
     check_positive,
+    resumed_by_an_earlier_try,
     status_from_event,
 )
+from airflow_provider_slurmapi.version_compat import mask_secret
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
@@ -51,8 +53,6 @@ def is_automatic_retry(ti: Any, retries: int | None) -> bool:
 
 def mask_environment(job: dict[str, Any]) -> None:
     """Register the job's environment values as secrets: logs and rendered fields show ***."""
-    from airflow.providers.common.compat.sdk import mask_secret
-
     environment = job.get("environment") if isinstance(job, dict) else None
     if isinstance(environment, dict):
         values = [str(value) for value in environment.values()]
@@ -258,7 +258,11 @@ class SlurmSubmitJobOperator(SlurmTaskMixin, BaseOperator):
             return is_automatic_retry(ti, self.retries)
         return self.reuse_completed_job == "always"
 
-    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> str:
+    def execute_complete(
+        self, context: Context, event: dict[str, Any] | None = None, deferred_in_try: int | None = None
+    ) -> str:
+        if resumed_by_an_earlier_try(context, deferred_in_try, self.log):
+            return self.execute(context)
         return self._finish(context, status_from_event(event))
 
     def _finish(self, context: Context, status: JobStatus) -> str:

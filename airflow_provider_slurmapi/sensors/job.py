@@ -18,6 +18,7 @@ from airflow_provider_slurmapi.slurm_task import (
     CONNECTION_TEMPLATE_FIELDS,
     SlurmTaskMixin,
     check_positive,
+    resumed_by_an_earlier_try,
     status_from_event,
 )
 
@@ -153,7 +154,11 @@ class SlurmJobSensor(SlurmTaskMixin, BaseSensorOperator):
         else:
             store.set(WAIT_MEMORY_KEY, memory)
 
-    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> None:
+    def execute_complete(
+        self, context: Context, event: dict[str, Any] | None = None, deferred_in_try: int | None = None
+    ) -> None:
+        if resumed_by_an_earlier_try(context, deferred_in_try, self.log):
+            return self.execute(context)
         if event and event.get("status") == "timeout":
             raise AirflowSensorTimeout(f"{event.get('message')} (sensor timeout {self.timeout} s)")
         status = status_from_event(event)

@@ -8,7 +8,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_slurmapi.client.errors import (
@@ -20,6 +19,7 @@ from airflow_provider_slurmapi.client.errors import (
 from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.client.wait_policy import LOST_JOB_GRACE, JobWaitPolicy
 from airflow_provider_slurmapi.triggers.polling import JobReader, ReaderLease, SharedJobReader, open_client
+from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS
 
 # Stopping triggers' checks and cancels still running, kept here so that they run to the end.
 _STOPPING: set[asyncio.Future[None]] = set()

@@ -12,6 +12,12 @@ database and in the emulator's request log:
   is cancelled.
 - kill: the same as the stall with SIGKILL; the adopting triggerer's shared poller then makes at
   most two state calls per interval for all the jobs.
+- shutdown: the triggerer holding the most triggers is stopped with SIGTERM, as at a deployment's
+  rollout; it must exit (the seconds it takes are reported) without cancelling any job, and the
+  other triggerer adopts its triggers.
+
+Before Airflow 3.3, triggers have no ``on_kill``: a user's kill, a reassignment and a shutdown all
+reach the trigger as a bare cancel, and the same state read tells them apart.
 
 Each case prints its figures (run with ``-s`` to see them).
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import signal
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -33,6 +40,7 @@ import pytest
 
 from airflow_provider_slurmapi.client.submission import submission_key
 from airflow_provider_slurmapi.emulator import Emulator, LoggedCall
+from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_3_PLUS
 from tests.conftest import CLUSTER, PROJECT, REGION, connection_json
 from tests.deployment.airflow_services import Airflow, RestApi, free_port, require_airflow_3, running, wait_for
 from tests.deployment.postgres import Postgres
@@ -67,12 +75,16 @@ def airflow(postgres: Postgres, emulator: Emulator, tmp_path_factory: pytest.Tem
     with running(home, ["api-server", "scheduler", "dag-processor"], **settings) as deployment:
         with deployment.explained():
             for name in TRIGGERERS:  # one at a time, to learn which TriggererJob is which process
-                known = triggerer_jobs(postgres)
-                # each serves its trigger logs on a port of its own
-                deployment.start("triggerer", name=name, AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=str(free_port()))
-                (job_id,) = wait_for(lambda: triggerer_jobs(postgres) - known, 120, f"{name} to register")  # noqa: B023
-                TRIGGERER_JOBS[job_id] = name
+                start_triggerer(deployment, postgres, name)
         yield deployment
+
+
+def start_triggerer(deployment: Airflow, postgres: Postgres, name: str) -> None:
+    known = triggerer_jobs(postgres)
+    # each serves its trigger logs on a port of its own
+    deployment.start("triggerer", name=name, AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=str(free_port()))
+    (job_id,) = wait_for(lambda: triggerer_jobs(postgres) - known, 120, f"{name} to register")
+    TRIGGERER_JOBS[job_id] = name
 
 
 TRIGGERER_JOBS: dict[int, str] = {}  # TriggererJob ID -> our name for its process
@@ -143,7 +155,7 @@ class Fleet:
 
     def trigger_log_count(self, triggerer: str, line: str) -> int:
         """How many of this run's trigger logs written by ``triggerer`` hold ``line``."""
-        (job_id,) = (job for job, name in TRIGGERER_JOBS.items() if name == triggerer)
+        job_id = max(job for job, name in TRIGGERER_JOBS.items() if name == triggerer)  # its newest start
         run_logs = self.airflow.home / "logs" / f"dag_id={DAG_ID}" / f"run_id={self.run_id}"
         logs = run_logs.glob(f"task_id={TASK_ID}/map_index=*/attempt=*.log.trigger.{job_id}.log")
         return sum(1 for log in logs if line in log.read_text(errors="replace"))
@@ -249,7 +261,8 @@ def test_stalled_triggerer_that_resumes_cancels_nothing(fleet: Fleet) -> None:
         wait_for(lambda: fleet.trigger_log_count(victim, SPARED) == lost, 60, f"{victim} to stop its {lost} triggers")
         fleet.report["on_kill calls in the resumed triggerer"] = fleet.trigger_log_count(victim, ON_KILL)
         fleet.report["jobs it left running"] = fleet.trigger_log_count(victim, SPARED)
-        assert fleet.report["on_kill calls in the resumed triggerer"] == lost
+        # before 3.3 a trigger has no on_kill: it sees a bare cancel, and reads its task's state the same way
+        assert fleet.report["on_kill calls in the resumed triggerer"] == (lost if AIRFLOW_V_3_3_PLUS else 0)
         fleet.check_every_task_succeeded_with_one_job()
         fleet.print_report("stall")
 
@@ -307,3 +320,29 @@ def test_killed_triggerer_is_replaced_and_one_poller_serves_all_jobs(fleet: Flee
         fleet.report["state calls"] = f"{len(state_calls)} in {min(ends) - first_full_poll:.0f} s"
         assert most <= 2, state_calls
         fleet.print_report("kill")
+
+
+def test_a_triggerer_shut_down_cancels_nothing_and_hands_its_jobs_over(fleet: Fleet) -> None:
+    with fleet.airflow.explained():
+        for name in TRIGGERERS:  # the kill case left one
+            if name not in fleet.airflow.processes:
+                start_triggerer(fleet.airflow, fleet.db, name)
+        victim, survivor = start_watched_run(fleet, seconds=60)
+        tree = process_tree(fleet.airflow, victim)
+        process = fleet.airflow.processes.pop(victim)  # stopped on purpose: not a component failure
+        stopping_at = time.time()
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+            fleet.report["seconds to exit after SIGTERM"] = round(time.time() - stopping_at, 1)
+        except subprocess.TimeoutExpired:  # as a pod's grace period ends: SIGKILL
+            fleet.report["seconds to exit after SIGTERM"] = "over 60: SIGKILLed"
+            for child in tree:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    child.kill()
+            process.wait(timeout=30)
+        fleet.report["seconds to adoption"] = round(fleet.adopted_by(survivor, stopping_at), 1)
+        fleet.report["jobs the stopping triggerer left running"] = fleet.trigger_log_count(victim, SPARED)
+        fleet.record_triggers("triggers after")
+        fleet.check_every_task_succeeded_with_one_job()
+        fleet.print_report("shutdown")

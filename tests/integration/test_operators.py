@@ -119,6 +119,29 @@ def test_deferrable_hands_the_wait_to_the_trigger(slurm_connection: str) -> None
         op.execute_complete(context(), event)
 
 
+def test_a_retry_resumed_with_an_earlier_trys_event_starts_over(slurm_connection: str) -> None:
+    """Airflow 3.0 and 3.1.0 resume a retry in execute_complete with the failed try's event
+    (apache/airflow#56704): the retry must not fail on that event, but submit as execute would."""
+    op = SlurmSubmitJobOperator(
+        task_id="t", job=JOB, script="#!/bin/bash\nexit 3\n", deferrable=True, poll_interval=0.3, retries=1
+    )
+    first = context(try_number=1, retries=1)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(first)
+    assert deferred.value.kwargs == {"deferred_in_try": 1}
+    first_job = op.job_id
+    final = SlurmJobApiHook().wait_for_job(first_job, poll_interval=0.3, timeout=20)
+    stale_event = {"status": "finished", "job": final.to_dict()}
+    with pytest.raises(AirflowException, match="exit code 3"):  # the try that deferred fails on it
+        op.execute_complete(first, stale_event, **deferred.value.kwargs)
+    retry = context(try_number=2, retries=1, run_id=first["ti"].run_id)
+    with pytest.raises(TaskDeferred) as again:
+        op.execute_complete(retry, stale_event, **deferred.value.kwargs)
+    assert again.value.kwargs == {"deferred_in_try": 2}
+    assert op.job_id != first_job  # the earlier job failed: a new one, watched by a new deferral
+    SlurmJobApiHook().cancel_job(op.job_id)
+
+
 def test_trigger_timeout_event_fails_the_task_as_a_timeout(slurm_connection: str) -> None:
     op = submit_op("exit 0", wait_for_completion=False)
     message = "Slurm job 1 did not finish before the task's deadline; it was cancelled"

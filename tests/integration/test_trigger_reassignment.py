@@ -25,7 +25,7 @@ from airflow_provider_slurmapi.triggers import job as trigger_module
 from airflow_provider_slurmapi.triggers.job import SlurmJobTrigger
 from tests.integration.test_trigger import submit
 
-airflow_3_3 = pytest.importorskip("airflow.providers.common.compat.version_compat")
+airflow_3_3 = pytest.importorskip("airflow_provider_slurmapi.version_compat")
 if not airflow_3_3.AIRFLOW_V_3_3_PLUS:
     pytest.skip("Airflow < 3.3 calls no on_kill: test_trigger.py covers its cancellation path", allow_module_level=True)
 

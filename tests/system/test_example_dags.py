@@ -142,7 +142,7 @@ def test_job_read_back_from_accounting(airflow_env: dict[str, str]) -> None:
 
 def test_rescheduling_sensor_reports_a_lost_job(airflow_env: dict[str, str], emulator: Emulator) -> None:
     """mode="reschedule": each poke is a new sensor; the wait still ends after lost_grace (8 s)."""
-    from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_3_PLUS
+    from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_3_PLUS
 
     started, tokens_before = time.time(), emulator.tokens.issued
     result = dags_test(airflow_env, "test_slurm_lost_job_reschedule")

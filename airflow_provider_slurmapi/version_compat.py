@@ -1,0 +1,41 @@
+"""The running Airflow's version, as Airflow's own providers carry it.
+
+Kept here, not imported from common-compat: the flags a given common-compat release knows depend on
+its age (``AIRFLOW_V_3_3_PLUS`` is in 1.15.0 and later), and Cloud Composer images keep the release
+they were built with.
+"""
+
+from __future__ import annotations
+
+
+def get_base_airflow_version_tuple() -> tuple[int, int, int]:
+    from airflow import __version__
+    from packaging.version import Version
+
+    version = Version(__version__)
+    return version.major, version.minor, version.micro
+
+
+AIRFLOW_V_3_0_PLUS: bool = get_base_airflow_version_tuple() >= (3, 0, 0)
+AIRFLOW_V_3_1_PLUS: bool = get_base_airflow_version_tuple() >= (3, 1, 0)
+AIRFLOW_V_3_1_1_PLUS: bool = get_base_airflow_version_tuple() >= (3, 1, 1)
+AIRFLOW_V_3_2_PLUS: bool = get_base_airflow_version_tuple() >= (3, 2, 0)
+AIRFLOW_V_3_3_PLUS: bool = get_base_airflow_version_tuple() >= (3, 3, 0)
+
+
+def mask_secret(value: str) -> None:
+    """Register a value with the task's secrets masker, wherever this Airflow keeps it."""
+    import importlib
+
+    for module in (
+        "airflow.sdk.log",  # Airflow 3.2+
+        "airflow.sdk.execution_time.secrets_masker",  # Airflow 3.0, 3.1
+        "airflow.utils.log.secrets_masker",  # Airflow 2
+    ):
+        try:
+            mask = importlib.import_module(module).mask_secret
+        except (ImportError, AttributeError):
+            continue
+        mask(value)
+        return
+    raise ImportError("no secrets masker found in this Airflow")
