@@ -15,5 +15,15 @@ ENV_AIRFLOW_3_2=(".venv-airflow3.2" "python3" "apache-airflow==3.2.2" "fastapi<0
 ENV_LOWEST=(".venv-lowest" "python3" "apache-airflow==3.1.1" "structlog<25.5 fastapi<0.118 cadwyn<6 starlette<0.49 svcs<26.2 sqlalchemy<2.1")
 # What Cloud Composer's composer-3-airflow-3.1.8 image holds before a user adds our package.
 COMPOSER_IMAGE="apache-airflow==3.1.8 apache-airflow-providers-google==22.2.2 apache-airflow-providers-common-compat==1.13.0"
-# The newest Python we claim, with the newest Airflow.
-ENV_PYTHON_3_13=(".venv-py3.13" "python3.13" "apache-airflow==3.3.*" "")
+# The newest Python we claim, with the newest Airflow: python3.13 on the PATH, or one pyenv installed.
+find_python_3_13() {
+    local candidate
+    for candidate in python3.13 "$(pyenv root 2>/dev/null)"/versions/3.13*/bin/python3.13; do
+        if "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))' 2>/dev/null; then
+            echo "$candidate"
+            return
+        fi
+    done
+    echo python3.13  # not found: the run says so
+}
+ENV_PYTHON_3_13=(".venv-py3.13" "$(find_python_3_13)" "apache-airflow==3.3.*" "")

@@ -38,21 +38,39 @@ if [ ${#paths[@]} -gt 0 ]; then
     [ "${AIRFLOW2:-yes}" = no ] || run ENV_AIRFLOW_2_11 test,deployment "Airflow 2.11" "${paths[@]}"
     exit "$status"
 fi
-[ "${AIRFLOW2:-yes}" = no ] || run ENV_AIRFLOW_2_11 test,deployment "Airflow 2.11" "${not_real[@]}" \
-    tests/unit tests/integration tests/system tests/deployment/test_airflow2_kill.py
-for version in 3_1 3_2; do
-    run "ENV_AIRFLOW_$version" test,deployment "Airflow ${version/_/.}" "${not_real[@]}" \
-        tests/unit tests/integration tests/system tests/deployment/test_triggerer_failover.py
-done
-RESOLUTION=lowest-direct run ENV_LOWEST test "lowest dependencies" "${not_real[@]}" tests/unit tests/system
-echo "== Cloud Composer-like image"
-scripts/composer-check.sh || status=1
-if command -v "${ENV_PYTHON_3_13[1]}" > /dev/null; then
-    run ENV_PYTHON_3_13 test "Python 3.13" tests/unit
-elif [ "${CI:-}" = true ]; then
-    echo "error: ${ENV_PYTHON_3_13[1]} not found: the Python 3.13 run is mandatory in CI" >&2
-    status=1
-else
-    echo "== Python 3.13: skipped, ${ENV_PYTHON_3_13[1]} not found"
-fi
+# Two lanes at once (their tests mostly wait on Airflow and Slurm processes): each prints its log
+# when done, and the run fails if either does.
+lane_a() {
+    [ "${AIRFLOW2:-yes}" = no ] || run ENV_AIRFLOW_2_11 test,deployment "Airflow 2.11" "${not_real[@]}" \
+        tests/unit tests/integration tests/system tests/deployment/test_airflow2_kill.py
+    RESOLUTION=lowest-direct run ENV_LOWEST test "lowest dependencies" "${not_real[@]}" tests/unit tests/system
+    if "${ENV_PYTHON_3_13[1]}" -c '' 2> /dev/null; then
+        run ENV_PYTHON_3_13 test "Python 3.13" tests/unit
+    elif [ "${CI:-}" = true ]; then
+        echo "error: ${ENV_PYTHON_3_13[1]} not found: the Python 3.13 run is mandatory in CI" >&2
+        status=1
+    else
+        echo "== Python 3.13: skipped, ${ENV_PYTHON_3_13[1]} not found"
+    fi
+    return "$status"
+}
+lane_b() {
+    for version in 3_1 3_2; do
+        run "ENV_AIRFLOW_$version" test,deployment "Airflow ${version/_/.}" "${not_real[@]}" \
+            tests/unit tests/integration tests/system tests/deployment/test_triggerer_failover.py
+    done
+    echo "== Cloud Composer-like image"
+    scripts/composer-check.sh || status=1
+    return "$status"
+}
+logs=$(mktemp -d)
+lane_a > "$logs/a.log" 2>&1 &
+a=$!
+lane_b > "$logs/b.log" 2>&1 &
+b=$!
+wait "$a" || status=1
+cat "$logs/a.log"
+wait "$b" || status=1
+cat "$logs/b.log"
+rm -rf "$logs"
 exit "$status"

@@ -40,6 +40,7 @@ import pytest
 
 from airflow_provider_slurmapi.client.submission import submission_key
 from airflow_provider_slurmapi.emulator import Emulator, LoggedCall
+from airflow_provider_slurmapi.get_provider_info import CONN_FIELDS
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_3_PLUS
 from tests.conftest import CLUSTER, PROJECT, REGION, connection_json
 from tests.deployment.airflow_services import Airflow, RestApi, free_port, require_airflow_3, running, wait_for
@@ -346,3 +347,13 @@ def test_a_triggerer_shut_down_cancels_nothing_and_hands_its_jobs_over(fleet: Fl
         fleet.record_triggers("triggers after")
         fleet.check_every_task_succeeded_with_one_job()
         fleet.print_report("shutdown")
+
+
+def test_the_connection_forms_fields_come_from_the_api_server(api: RestApi) -> None:
+    """What the UI's connection form shows: from ``conn-fields`` on 3.2+, from the hook's widgets on 3.1."""
+    hooks = api.get("/ui/connections/hook_meta")
+    (ours,) = [hook for hook in hooks if hook["connection_type"] == "slurm_job_api"]
+    print(f"\n== connection form: {ours['hook_name']}: {', '.join(ours['extra_fields'])}")
+    assert ours["hook_name"] == "Google Cloud Slurm Job API"
+    assert sorted(ours["extra_fields"]) == sorted(CONN_FIELDS)
+    assert ours["extra_fields"]["project_id"]["schema"]["type"] in ("string", ["string", "null"])

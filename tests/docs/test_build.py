@@ -21,6 +21,7 @@ DOCS = Path(__file__).parents[2] / "docs"
 PAGES = [
     "index",
     "installation",
+    "compatibility",
     "connection",
     "testing",
     "deploying",

@@ -118,5 +118,7 @@ def test_installation_page_lists_every_dependency() -> None:
         name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0]
         if name != "apache-airflow":
             assert f"`{name}`" in text, f"installation.md does not say what {name} is for"
-    minimum = re.search(r">=\s*(\d+\.\d+)", project["requires-python"])
-    assert minimum and f"Python | {minimum[1]} or later" in text, "installation.md states another Python version"
+    bounds = re.fullmatch(r">=\s*3\.(\d+),\s*<\s*3\.(\d+)", project["requires-python"])
+    assert bounds, project["requires-python"]
+    stated = f"Python | 3.{bounds[1]} to 3.{int(bounds[2]) - 1} |"
+    assert stated in text, f"installation.md states another Python range than {stated}"
