@@ -44,6 +44,8 @@ lane_a() {
     [ "${AIRFLOW2:-yes}" = no ] || run ENV_AIRFLOW_2_11 test,deployment "Airflow 2.11" "${not_real[@]}" \
         tests/unit tests/integration tests/system tests/deployment/test_airflow2_kill.py
     RESOLUTION=lowest-direct run ENV_LOWEST test "lowest dependencies" "${not_real[@]}" tests/unit tests/system
+    echo "== Cloud Composer-like image"
+    scripts/composer-check.sh || status=1
     if "${ENV_PYTHON_3_13[1]}" -c '' 2> /dev/null; then
         run ENV_PYTHON_3_13 test "Python 3.13" tests/unit
     elif [ "${CI:-}" = true ]; then
@@ -59,8 +61,6 @@ lane_b() {
         run "ENV_AIRFLOW_$version" test,deployment "Airflow ${version/_/.}" "${not_real[@]}" \
             tests/unit tests/integration tests/system tests/deployment/test_triggerer_failover.py
     done
-    echo "== Cloud Composer-like image"
-    scripts/composer-check.sh || status=1
     return "$status"
 }
 logs=$(mktemp -d)

@@ -9,6 +9,7 @@ tell the two apart.
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -16,10 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from airflow_provider_slurmapi.emulator import Emulator
+from airflow_provider_slurmapi.get_provider_info import CONN_FIELDS
 from tests.conftest import CLUSTER, PROJECT, REGION, connection_json
 from tests.deployment.airflow_services import (
+    USER,
     Airflow,
     Airflow2,
     RestApi,
@@ -110,3 +114,19 @@ def test_marking_a_deferred_task_failed_cancels_its_job(airflow: Airflow, api: R
         print(f"\n== Airflow 2.11, mark failed: job {job_id} cancelled {cancel[0].at - marked:.1f} s after the mark")
         assert [call.path.rsplit("/", 1)[-1] for call in run.deletes()] == [job_id]
         assert run.state() == "failed"
+
+
+def test_the_connection_forms_fields_come_from_the_webserver(airflow: Airflow) -> None:
+    """Airflow 2.11's connection form, as its webserver serves it to a logged-in user."""
+    browser = requests.Session()
+    login = browser.get(f"{airflow.url}/login/", timeout=30).text
+    csrf = re.search(r'id="csrf_token"[^>]*value="([^"]+)"', login)
+    assert csrf, login[:2000]
+    form = {"username": USER, "password": airflow.password, "csrf_token": csrf[1]}
+    browser.post(f"{airflow.url}/login/", data=form, timeout=30).raise_for_status()
+    page = browser.get(f"{airflow.url}/connection/add", timeout=30)
+    page.raise_for_status()
+    shown = re.findall(r'id="extra__slurm_job_api__(\w+)"', page.text)
+    print(f"\n== connection form (Airflow 2.11 webserver): {', '.join(shown)}")
+    assert "Google Cloud Slurm Job API" in page.text
+    assert sorted(shown) == sorted(CONN_FIELDS), page.text[:2000]
