@@ -43,6 +43,13 @@ fi
 lane_a() {
     [ "${AIRFLOW2:-yes}" = no ] || run ENV_AIRFLOW_2_11 test,deployment "Airflow 2.11" "${not_real[@]}" \
         tests/unit tests/integration tests/system tests/deployment/test_airflow2_kill.py
+    run ENV_AIRFLOW_3_2 test,deployment "Airflow 3.2" "${not_real[@]}" \
+        tests/unit tests/integration tests/system tests/deployment/test_triggerer_failover.py
+    return "$status"
+}
+lane_b() {
+    run ENV_AIRFLOW_3_1 test,deployment "Airflow 3.1" "${not_real[@]}" \
+        tests/unit tests/integration tests/system tests/deployment/test_triggerer_failover.py
     RESOLUTION=lowest-direct run ENV_LOWEST test "lowest dependencies" "${not_real[@]}" tests/unit tests/system
     echo "== Cloud Composer-like image"
     scripts/composer-check.sh || status=1
@@ -54,13 +61,6 @@ lane_a() {
     else
         echo "== Python 3.13: skipped, ${ENV_PYTHON_3_13[1]} not found"
     fi
-    return "$status"
-}
-lane_b() {
-    for version in 3_1 3_2; do
-        run "ENV_AIRFLOW_$version" test,deployment "Airflow ${version/_/.}" "${not_real[@]}" \
-            tests/unit tests/integration tests/system tests/deployment/test_triggerer_failover.py
-    done
     return "$status"
 }
 logs=$(mktemp -d)
