@@ -33,6 +33,9 @@ run() {
 }
 # real Slurm's replies do not depend on the Airflow version (checked on Airflow 3.3)
 not_real=(-m "not real_slurm")
+# what depends on the Airflow version, and the deployment test of each version's kill path
+airflow2_suites=(tests/unit tests/integration tests/system tests/deployment/test_airflow2_kill.py)
+airflow3_suites=(tests/unit tests/integration tests/system tests/deployment/test_triggerer_failover.py)
 
 if [ ${#paths[@]} -gt 0 ]; then
     [ "${AIRFLOW2:-yes}" = no ] || run ENV_AIRFLOW_2_11 test,deployment "Airflow 2.11" "${paths[@]}"
@@ -41,15 +44,12 @@ fi
 # Two lanes at once (their tests mostly wait on Airflow and Slurm processes): each prints its log
 # when done, and the run fails if either does.
 lane_a() {
-    [ "${AIRFLOW2:-yes}" = no ] || run ENV_AIRFLOW_2_11 test,deployment "Airflow 2.11" "${not_real[@]}" \
-        tests/unit tests/integration tests/system tests/deployment/test_airflow2_kill.py
-    run ENV_AIRFLOW_3_2 test,deployment "Airflow 3.2" "${not_real[@]}" \
-        tests/unit tests/integration tests/system tests/deployment/test_triggerer_failover.py
+    [ "${AIRFLOW2:-yes}" = no ] || run ENV_AIRFLOW_2_11 test,deployment "Airflow 2.11" "${not_real[@]}" "${airflow2_suites[@]}"
+    run ENV_AIRFLOW_3_2 test,deployment "Airflow 3.2" "${not_real[@]}" "${airflow3_suites[@]}"
     return "$status"
 }
 lane_b() {
-    run ENV_AIRFLOW_3_1 test,deployment "Airflow 3.1" "${not_real[@]}" \
-        tests/unit tests/integration tests/system tests/deployment/test_triggerer_failover.py
+    run ENV_AIRFLOW_3_1 test,deployment "Airflow 3.1" "${not_real[@]}" "${airflow3_suites[@]}"
     RESOLUTION=lowest-direct run ENV_LOWEST test "lowest dependencies" "${not_real[@]}" tests/unit tests/system
     echo "== Cloud Composer-like image"
     scripts/composer-check.sh || status=1
