@@ -8,17 +8,17 @@ from typing import Any, Self
 
 import aiohttp
 
-from airflow_provider_slurmapi.client.api import SlurmJobApiOperations
+from airflow_provider_slurmapi.client.api import AsyncOperations, ClusterClient
 from airflow_provider_slurmapi.client.cluster import ClusterRef
 from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply, read_reply
 from airflow_provider_slurmapi.client.errors import SlurmJobApiError, TransportError, UnauthenticatedError
-from airflow_provider_slurmapi.client.operations import Operation, Pause, StepResult, advance
+from airflow_provider_slurmapi.client.steps import Operation, Pause, StepResult, T, advance
 
 # Returns a valid access token; with force=True it must fetch a new one.
 TokenSource = Callable[[bool], Awaitable[str]]
 
 
-class AsyncSlurmJobApiClient(SlurmJobApiOperations):
+class AsyncSlurmJobApiClient(ClusterClient, AsyncOperations):
     """Async client. Tokens come from ``token_source``; a rejected token is refreshed once."""
 
     def __init__(
@@ -51,7 +51,7 @@ class AsyncSlurmJobApiClient(SlurmJobApiOperations):
             self._owns_session = True
         return self._session
 
-    async def _run(self, operation: Operation) -> Any:
+    async def _run(self, operation: Operation[T]) -> T:
         outcome: StepResult = None
         try:
             while True:

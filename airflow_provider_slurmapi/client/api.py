@@ -1,19 +1,91 @@
-"""The API's operations as methods, for the sync and the async client alike: a client only says
-how a request travels and how a pause is waited (``_run``)."""
+"""The API's operations as methods of the sync client, the async client and the hook alike.
+
+Each operation is written once, as a generator in ``operations``; ``ApiOperation`` binds it to
+whatever runs it with its ``ApiSettings``: ``client.get_job(1)`` is a ``JobStatus`` on a sync
+client or the hook, and an awaitable of one on the async client.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from airflow_provider_slurmapi.client import operations
 from airflow_provider_slurmapi.client.cluster import ClusterRef
-from airflow_provider_slurmapi.client.operations import Operation
 from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION, SlurmPaths
 from airflow_provider_slurmapi.client.retry import RetryPolicy
+from airflow_provider_slurmapi.client.steps import ApiSettings, Operation
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class ApiOperation(Generic[P, T]):
+    """An operation of ``operations`` as a method: the instance's settings go in first, and the
+    instance's ``_run`` runs the generator."""
+
+    def __init__(self, build: Callable[Concatenate[ApiSettings, P], Operation[T]]) -> None:
+        self.build = build
+        self.method = self._as_method(build)
+
+    @staticmethod
+    def _as_method(build: Callable[..., Any]) -> Callable[..., Any]:
+        """What the class shows (``help``, the API docs): the operation's signature with ``self``."""
+
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return self._run(build(self.settings, *args, **kwargs))
+
+        signature = inspect.signature(build)
+        first, *rest = signature.parameters.values()
+        method.__signature__ = signature.replace(parameters=[first.replace(name="self"), *rest])  # type: ignore[attr-defined]
+        return functools.wraps(build, assigned=("__name__", "__qualname__", "__doc__"))(method)
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> Callable[..., Any]: ...
+    @overload
+    def __get__(self, instance: SyncOperations, owner: type) -> Callable[P, T]: ...
+    @overload
+    def __get__(self, instance: AsyncOperations, owner: type) -> Callable[P, Awaitable[T]]: ...
+    def __get__(self, instance: object, owner: type) -> Callable[..., Any]:
+        return self.method if instance is None else self.method.__get__(instance, owner)
 
 
 class SlurmJobApiOperations:
-    """Each method returns the operation's result (sync client) or an awaitable of it (async client)."""
+    """The operations every client has; ``get_*`` raise when nothing is found, ``find_*`` return None.
+    A subclass has the ``settings`` they run with and says how one runs (``_run``)."""
+
+    submit_job = ApiOperation(operations.submit_job)
+    submit_once = ApiOperation(operations.submit_once)
+    find_job_by_key = ApiOperation(operations.find_job_by_key)
+    get_job = ApiOperation(operations.get_job)
+    find_job = ApiOperation(operations.find_job)
+    job_records = ApiOperation(operations.job_records)
+    describe_requeue = ApiOperation(operations.describe_requeue)
+    job_states = ApiOperation(operations.job_states)
+    list_jobs = ApiOperation(operations.list_jobs)
+    cancel_job = ApiOperation(operations.cancel_job)
+    call = ApiOperation(operations.call)
+    ping = ApiOperation(operations.ping)
+
+
+class SyncOperations(SlurmJobApiOperations):
+    """Operations that run to their result before returning (the sync client, the hook)."""
+
+    def _run(self, operation: Operation[T]) -> T:
+        raise NotImplementedError
+
+
+class AsyncOperations(SlurmJobApiOperations):
+    """Operations that return an awaitable of their result (the async client)."""
+
+    async def _run(self, operation: Operation[T]) -> T:
+        raise NotImplementedError
+
+
+class ClusterClient:
+    """What a client is made with: the cluster, its Slurm REST version, a timeout, a retry policy."""
 
     def __init__(
         self,
@@ -27,52 +99,4 @@ class SlurmJobApiOperations:
         self.paths = SlurmPaths(api_version)
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
-
-    def _run(self, operation: Operation) -> Any:
-        raise NotImplementedError
-
-    def submit_job(self, job: dict[str, Any], script: str, *, key: str | None = None) -> Any:
-        """Submit a batch job; the result is the new job's ID (a string).
-
-        With a ``key`` the job carries it in its comment, and a submit whose reply was lost is
-        reconciled through the key instead of being sent again blindly.
-        """
-        return self._run(operations.submit_job(self.paths, job, script, key=key, retry=self.retry))
-
-    def submit_once(self, job: dict[str, Any], script: str, key: str, **options: Any) -> Any:
-        """Reattach to, adopt, or submit the job of ``key``; the result is a ``Submission``.
-
-        ``options``: ``known_job_id``, ``adopt_completed``, ``earlier_tries`` (see ``operations.submit_once``).
-        """
-        return self._run(operations.submit_once(self.paths, job, script, key, retry=self.retry, **options))
-
-    def find_job_by_key(self, key: str, name: str | None = None) -> Any:
-        """The newest job carrying ``key`` (``JobStatus``), or None."""
-        return self._run(operations.find_job_by_key(self.paths, key, name))
-
-    def get_job(self, job_id: str | int) -> Any:
-        """The job's ``JobStatus``, from the live queue or, once it left it, from accounting."""
-        return self._run(operations.get_job(self.paths, job_id))
-
-    def describe_requeue(self, status: Any) -> Any:
-        """The log line for a job (``JobStatus``) seen requeued, naming how its last run ended."""
-        return self._run(operations.describe_requeue(self.paths, status))
-
-    def job_states(self, job_ids: list[str]) -> Any:
-        """``{record_id: [state, flags...]}`` of many jobs in as few calls as fit; absent if unknown."""
-        return self._run(operations.job_states(self.paths, job_ids))
-
-    def list_jobs(self) -> Any:
-        """``JobStatus`` of every job in the live queue."""
-        return self._run(operations.list_jobs(self.paths))
-
-    def cancel_job(self, job_id: str | int, signal: str | int | None = None) -> Any:
-        """Cancel (or signal) a job; True if it was active, False if it had already finished."""
-        return self._run(operations.cancel_job(self.paths, job_id, signal))
-
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """Any other Slurm REST call; the result is slurmrestd's JSON reply."""
-        return self._run(operations.call(method, path, body))
-
-    def ping(self) -> Any:
-        return self._run(operations.ping(self.paths))
+        self.settings = ApiSettings(self.paths, self.retry)

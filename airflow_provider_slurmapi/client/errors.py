@@ -122,6 +122,12 @@ class SlurmErrorDetail:
         return f"[{self.error_number}] {text}" if self.error_number is not None else text
 
 
+# Slurm's error codes in a cancel's ``status[]``: a job the live queue no longer knows, and one
+# that is already completing.
+ERROR_INVALID_JOB_ID = 2017
+ERROR_ALREADY_COMPLETING = 2021
+
+
 class SlurmError(SlurmJobApiError):
     """slurmrestd answered with an HTTP status >= 400 or a non-empty ``errors`` list."""
 

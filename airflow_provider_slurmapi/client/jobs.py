@@ -8,8 +8,11 @@ beside it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
+
+from airflow_provider_slurmapi.client.records import accounting_record_id, live_record_id, number, state_list
 
 # A base state not in either set (a state added by a newer Slurm...) counts as active, for a while.
 ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED"})
@@ -27,6 +30,7 @@ FINISHED_STATES = frozenset(
         "REVOKED",
     }
 )
+NO_STATE = "UNKNOWN"  # a record that names no state
 # A pending job held by its user (``hold``, ``scontrol requeuehold``) or an administrator: it
 # waits until someone runs ``scontrol release``.
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
@@ -58,8 +62,8 @@ class ExitCode:
         signal = value.get("signal") or {}
         return cls(
             status=status,
-            return_code=_number(value.get("return_code")),
-            signal=_number(signal.get("id")) if isinstance(signal, dict) else None,
+            return_code=number(value.get("return_code")),
+            signal=number(signal.get("id")) if isinstance(signal, dict) else None,
             signal_name=(signal.get("name") or None) if isinstance(signal, dict) else None,
         )
 
@@ -74,19 +78,16 @@ class ExitCode:
         return f"exit code {self.return_code}" if self.return_code is not None else self.status.lower()
 
 
-def _number(value: Any) -> int | None:
-    """Read Slurm's ``{set, infinite, number}`` wrapper (or a plain int); unset gives None."""
-    if isinstance(value, dict):
-        return int(value["number"]) if value.get("set") and not value.get("infinite") else None
-    if isinstance(value, bool):
-        return None
-    return int(value) if isinstance(value, (int, float)) else None
+class RecordSource(StrEnum):
+    """Where a status was read."""
 
+    LIVE = "slurm"  # the live queue, /slurm
+    ACCOUNTING = "slurmdb"  # accounting, /slurmdb
+    STATE_LIST = "state"  # the bulk state list: state and flags only
 
-def _state_list(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value] if value else []
-    return [str(v) for v in value or []]
+    @property
+    def label(self) -> str:
+        return {"slurm": "live queue", "slurmdb": "accounting", "state": "bulk state list"}[self.value]
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ class JobStatus:
     derived_exit_code: ExitCode | None = None
     name: str = ""
     comment: str = ""
-    source: str = "slurm"  # "slurm" (live queue), "slurmdb" (accounting) or "state" (bulk state list)
+    source: RecordSource = RecordSource.LIVE
     restarts: int = 0  # Slurm's restart_cnt: how often the job was requeued (the bulk state list has none)
     held: bool = False  # pending until someone releases it
     extra: dict[str, Any] = field(default_factory=dict)
@@ -111,11 +112,11 @@ class JobStatus:
         """A job object of ``GET /slurm/vX/job/{id}`` or ``/jobs``."""
         return cls._from_reply(
             job,
-            job_id=_slurm_job_id(job),
-            states=_state_list(job.get("job_state")),
+            job_id=live_record_id(job),
+            states=state_list(job.get("job_state")),
             reason=job.get("state_reason"),
             comment=job.get("comment"),
-            source="slurm",
+            source=RecordSource.LIVE,
             extra={"state_description": job.get("state_description") or ""},
         )
 
@@ -126,12 +127,17 @@ class JobStatus:
         comment = job.get("comment")
         return cls._from_reply(
             job,
-            job_id=_slurmdb_job_id(job),
-            states=_state_list(state.get("current") if isinstance(state, dict) else state),
+            job_id=accounting_record_id(job),
+            states=state_list(state.get("current") if isinstance(state, dict) else state),
             reason=state.get("reason") if isinstance(state, dict) else None,
             comment=comment.get("job") if isinstance(comment, dict) else comment,
-            source="slurmdb",
+            source=RecordSource.ACCOUNTING,
         )
+
+    @classmethod
+    def from_record(cls, job: dict[str, Any], source: RecordSource) -> JobStatus:
+        """A record of the live queue or of accounting, as ``source`` says."""
+        return cls.from_slurmdb(job) if source == RecordSource.ACCOUNTING else cls.from_slurm(job)
 
     @classmethod
     def _from_reply(
@@ -139,7 +145,7 @@ class JobStatus:
     ) -> JobStatus:
         """What /slurm and /slurmdb name alike; the callers read what they name differently."""
         reason = reason if reason and reason != "None" else None
-        state = states[0] if states else "UNKNOWN"
+        state = states[0] if states else NO_STATE
         # REQUEUE_HOLD is a state flag of older Slurm; 24.11 shows a requeuehold as JobHeldUser
         held = state == "PENDING" and (reason in HELD_REASONS or "REQUEUE_HOLD" in states)
         return cls(
@@ -151,7 +157,7 @@ class JobStatus:
             derived_exit_code=ExitCode.from_reply(job.get("derived_exit_code")),
             name=str(job.get("name") or ""),
             comment=str(comment or ""),
-            restarts=_number(job.get("restart_cnt")) or 0,
+            restarts=number(job.get("restart_cnt")) or 0,
             held=held,
             **more,
         )
@@ -213,7 +219,7 @@ class JobStatus:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serialisable form, for trigger events and XCom."""
-        return asdict(self)
+        return {**asdict(self), "source": self.source.value}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobStatus:
@@ -222,135 +228,5 @@ class JobStatus:
             if values.get(key) is not None:
                 values[key] = ExitCode(**values[key])
         values["flags"] = tuple(values.get("flags") or ())
+        values["source"] = RecordSource(values.get("source") or RecordSource.LIVE)
         return cls(**values)
-
-
-def _slurm_job_id(job: dict[str, Any]) -> str:
-    array_task = _number(job.get("array_task_id"))
-    array_job = _number(job.get("array_job_id"))
-    if array_task is not None and array_job:
-        return f"{array_job}_{array_task}"
-    if array_job and job.get("array_task_string"):
-        # the array's meta record: the tasks not started yet, named like squeue does ("86_[2-3]")
-        return f"{array_job}_[{job['array_task_string']}]"
-    het_offset = _number(job.get("het_job_offset"))
-    het_job = _number(job.get("het_job_id"))
-    if het_job and het_offset is not None and het_job != job.get("job_id"):
-        return f"{het_job}+{het_offset}"
-    return str(job.get("job_id"))
-
-
-def _slurmdb_job_id(job: dict[str, Any]) -> str:
-    array = job.get("array") or {}
-    task = _number(array.get("task_id")) if isinstance(array, dict) else None
-    if task is not None and array.get("job_id"):
-        return f"{array['job_id']}_{task}"
-    if isinstance(array, dict) and array.get("job_id") and array.get("task"):
-        # the meta record: accounting gives its pending tasks as a hex bitmap ("0xC" = tasks 2-3)
-        return f"{array['job_id']}_[{_mask_to_ranges(str(array['task']), array)}]"
-    het = job.get("het") or {}
-    offset = _number(het.get("job_offset")) if isinstance(het, dict) else None
-    if offset is not None and het.get("job_id"):
-        return f"{het['job_id']}+{offset}"
-    return str(job.get("job_id"))
-
-
-def latest_runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Accounting's job records with only the last run of each job.
-
-    A requeued job (``scontrol requeue``, a node failure or a preemption with ``requeue``) has one
-    record per run under the same ID, oldest first; the earlier ones end PENDING+REQUEUED,
-    NODE_FAIL or PREEMPTED with a lower ``restart_cnt``, and only the last one tells the outcome.
-    """
-    latest: dict[str, dict[str, Any]] = {}
-    for record in records:
-        key = _slurmdb_job_id(record)
-        kept = latest.get(key)
-        if kept is None or (_number(record.get("restart_cnt")) or 0) >= (_number(kept.get("restart_cnt")) or 0):
-            latest[key] = record
-    return list(latest.values())
-
-
-def run_that_ended(records: list[dict[str, Any]], job_id: str, restarts: int) -> str | None:
-    """How the run before restart ``restarts`` of ``job_id`` ended, from accounting's records:
-    ``NODE_FAIL on node1``, ``PREEMPTED on node1``, ``REQUEUED on node1`` (``scontrol requeue``);
-    None while accounting has no record of its end."""
-    earlier = [r for r in records if _slurmdb_job_id(r) == job_id and (_number(r.get("restart_cnt")) or 0) < restarts]
-    if not earlier:
-        return None
-    run = max(earlier, key=lambda r: _number(r.get("restart_cnt")) or 0)
-    state = run.get("state") or {}
-    states = _state_list(state.get("current") if isinstance(state, dict) else state)
-    if "REQUEUED" in states:
-        cause = "REQUEUED"
-    elif states and states[0] not in ACTIVE_STATES:
-        cause = states[0]
-    else:
-        return None  # accounting has not caught up: the run still reads as going on
-    nodes = run.get("nodes")
-    return f"{cause} on {nodes}" if nodes and nodes != "None assigned" else cause
-
-
-def _mask_to_ranges(mask: str, array: dict[str, Any]) -> str:
-    """Accounting's task bitmap as the live queue's ``array_task_string`` ("0xE", limit 1 -> "1-3%1")."""
-    try:
-        bits = int(mask, 16)
-    except ValueError:
-        return mask
-    runs: list[list[int]] = []
-    for task in range(bits.bit_length()):
-        if bits >> task & 1:
-            if runs and runs[-1][1] == task - 1:
-                runs[-1][1] = task
-            else:
-                runs.append([task, task])
-    text = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
-    limits = array.get("limits")
-    limit = limits.get("max", {}).get("running", {}).get("tasks") if isinstance(limits, dict) else None
-    return f"{text}%{limit}" if isinstance(limit, int) and limit > 0 else text
-
-
-def _pending_in(meta_id: str, job_id: str) -> bool:
-    """Whether task ``ARRAY_TASK`` is among those of the meta record ``ARRAY_[spec]``."""
-    array, _, task = job_id.partition("_")
-    if not (meta_id.startswith(f"{array}_[") and meta_id.endswith("]") and task.isdigit()):
-        return False
-    spec = meta_id[len(array) + 2 : -1].partition("%")[0]
-    try:
-        for part in spec.split(","):
-            first, _, rest = part.partition("-")
-            last, _, step = rest.partition(":")
-            if int(first) <= int(task) <= int(last or first) and (int(task) - int(first)) % int(step or 1) == 0:
-                return True
-    except ValueError:
-        return True  # a range we cannot read: the meta record is still the best answer
-    return False
-
-
-def select_job(job_id: str, jobs: list[JobStatus]) -> JobStatus | None:
-    """The status of ``job_id`` in a reply, or None.
-
-    Asking for an array's ID returns all of its records: each task that started, under its own
-    job ID, and while some have not, the array's meta record that stands for them (``86_[2-3]``,
-    listed first by Slurm, so the array reads PENDING with the reason they wait for). The array
-    counts as active while any record is, and as successful only when every task is. Asking for
-    one task (``86_2``) gives its record, or the meta record while that task has not started.
-    """
-    if "_" in job_id:
-        exact = [job for job in jobs if job.job_id == job_id]
-        if exact:
-            return exact[0]
-        waiting = [job for job in jobs if _pending_in(job.job_id, job_id)]
-        return replace(waiting[0], job_id=job_id) if waiting else None
-    if not jobs:
-        return None
-    if len(jobs) == 1 and jobs[0].job_id == job_id:
-        return jobs[0]
-    active = [job for job in jobs if job.is_active]
-    failed = [job for job in jobs if job.is_finished and not job.is_success]
-    lead = active[0] if active else failed[0] if failed else jobs[0]
-    return replace(
-        lead,
-        job_id=job_id,
-        extra={**lead.extra, "tasks": {job.job_id: job.state for job in jobs}},
-    )

@@ -11,10 +11,13 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.client.errors import InvalidRequestError
+from airflow_provider_slurmapi.client.jobs import JobStatus, RecordSource
+from airflow_provider_slurmapi.client.numbers import checked_number
 
 OUTPUT_SCHEMES = ("gs", "file")
 DEFAULT_TAIL_LINES = 100
@@ -27,14 +30,6 @@ MAX_SEGMENT = 200  # a path segment has at most 255 bytes
 
 # Characters kept from Airflow names in an output path; anything else becomes "_".
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")
-
-
-def _check_range(name: str, value: Any, bounds: tuple[float, float], kind: type) -> None:
-    low, high = bounds
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or (kind is int and not isinstance(value, int)) or not low <= value <= high:
-        what = "an integer" if kind is int else "a number of seconds"
-        raise ValueError(f"{name} must be {what} from {low} to {high}, got {value!r}")
 
 
 def safe_segment(value: object) -> str:
@@ -64,16 +59,20 @@ class OutputSettings:
         if self.uri:
             parts = urlsplit(self.uri)
             if parts.scheme not in OUTPUT_SCHEMES:
-                raise ValueError(f"output_uri must start with gs:// or file://, got {self.uri!r}")
+                raise InvalidRequestError("output_uri", f"must start with gs:// or file://, got {self.uri!r}")
             if parts.scheme == "gs" and not parts.netloc:
-                raise ValueError(f"output_uri must name a bucket (gs://bucket/prefix), got {self.uri!r}")
+                raise InvalidRequestError("output_uri", f"must name a bucket (gs://bucket/prefix), got {self.uri!r}")
             if parts.scheme == "file" and (parts.netloc or not parts.path.startswith("/")):
-                raise ValueError(f"output_uri must be an absolute file:///path, got {self.uri!r}")
+                raise InvalidRequestError("output_uri", f"must be an absolute file:///path, got {self.uri!r}")
         if self.cluster_path and not posixpath.isabs(self.cluster_path):
-            raise ValueError(f"output_cluster_path must be an absolute path, got {self.cluster_path!r}")
-        _check_range("output_tail_lines", self.tail_lines, TAIL_LINES_RANGE, int)
-        _check_range("output_tail_bytes", self.tail_bytes, TAIL_BYTES_RANGE, int)
-        _check_range("output_wait", self.wait, OUTPUT_WAIT_RANGE, float)
+            raise InvalidRequestError("output_cluster_path", f"must be an absolute path, got {self.cluster_path!r}")
+        checked_number(
+            "output_tail_lines", self.tail_lines, low=TAIL_LINES_RANGE[0], high=TAIL_LINES_RANGE[1], whole=True
+        )
+        checked_number(
+            "output_tail_bytes", self.tail_bytes, low=TAIL_BYTES_RANGE[0], high=TAIL_BYTES_RANGE[1], whole=True
+        )
+        checked_number("output_wait", self.wait, low=OUTPUT_WAIT_RANGE[0], high=OUTPUT_WAIT_RANGE[1])
 
     @property
     def readable(self) -> bool:
@@ -123,25 +122,33 @@ def expand_pattern(
     return re.sub(r"%([jAax%])", lambda match: values[match.group(1)] or match.group(0), pattern)
 
 
+class Stream(StrEnum):
+    """Which of a job's output streams a file holds."""
+
+    STDOUT = "stdout"
+    STDERR = "stderr"
+    BOTH = "stdout+stderr"  # both streams go to one file
+
+
 @dataclass(frozen=True)
 class OutputFile:
     """One output file of a job, as its accounting (or live) record names it."""
 
     job_id: str
-    stream: str  # "stdout", "stderr", or "stdout+stderr" when both go to one file
+    stream: Stream
     cluster_path: str
     failed: bool = False  # the job (or array task) that wrote it did not succeed
 
 
-def output_files(records: list[dict[str, Any]], *, source: str) -> list[OutputFile]:
+def output_files(records: list[dict[str, Any]], *, source: RecordSource) -> list[OutputFile]:
     """The output files the records name (one record per array task), the failed tasks' first.
 
-    ``source``: "slurmdb" (accounting: ``stdout_expanded``) or "slurm" (live: ``standard_output``).
+    Accounting's records name them in ``stdout_expanded``, the live queue's in ``standard_output``.
     """
     files = []
     for record in records:
-        status = JobStatus.from_slurmdb(record) if source == "slurmdb" else JobStatus.from_slurm(record)
-        if source == "slurmdb":
+        status = JobStatus.from_record(record, source)
+        if source == RecordSource.ACCOUNTING:
             out, err = str(record.get("stdout_expanded") or ""), str(record.get("stderr_expanded") or "")
         else:
             array = (
@@ -161,10 +168,12 @@ def output_files(records: list[dict[str, Any]], *, source: str) -> list[OutputFi
             err = expand_pattern(str(record.get("standard_error") or ""), **fill)
         failed = status.is_finished and not status.is_success
         if out and (not err or err == out):
-            files.append(OutputFile(status.job_id, "stdout+stderr", out, failed))
+            files.append(OutputFile(status.job_id, Stream.BOTH, out, failed))
             continue
         files += [
-            OutputFile(status.job_id, name, path, failed) for name, path in (("stdout", out), ("stderr", err)) if path
+            OutputFile(status.job_id, stream, path, failed)
+            for stream, path in ((Stream.STDOUT, out), (Stream.STDERR, err))
+            if path
         ]
     return sorted(files, key=lambda file: not file.failed)  # stable: the records' order otherwise
 
@@ -174,7 +183,7 @@ class OutputTail:
     """The last lines of one output file, or why they could not be read."""
 
     job_id: str
-    stream: str  # "stdout", "stderr", or "stdout+stderr" when both went to one file
+    stream: Stream
     location: str  # where Airflow read it, or the path on the cluster when it cannot
     text: str = ""
     size: int | None = None  # bytes in the whole file
@@ -221,7 +230,7 @@ def last_lines(data: bytes, *, lines: int, started_mid_file: bool) -> tuple[str,
 
 def error_excerpt(tails: list[OutputTail], *, lines: int = 20) -> str:
     """The end of a failed job's error stream, for the task's failure message ("" if none)."""
-    for stream in ("stderr", "stdout+stderr", "stdout"):
+    for stream in (Stream.STDERR, Stream.BOTH, Stream.STDOUT):
         for tail in tails:
             if tail.stream == stream and tail.text.strip():
                 kept = "\n".join(tail.text.rstrip("\n").splitlines()[-lines:])

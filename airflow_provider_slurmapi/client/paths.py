@@ -10,6 +10,8 @@ from airflow_provider_slurmapi.client.errors import InvalidRequestError
 
 DEFAULT_API_VERSION = "v0.0.42"
 API_VERSION_PATTERN = r"v0\.0\.\d{2}"  # also the connection form's check
+# Longest bulk state query path; about 1,000 seven-digit job IDs. Longer lists are split.
+MAX_STATE_QUERY_CHARS = 16_384
 
 
 class JobId(str):
@@ -86,6 +88,20 @@ class SlurmPaths:
     def job_states(self, job_ids: list[JobId]) -> str:
         # the parameter is repeated: slurmrestd refuses a comma-separated list
         return f"/slurm/{self.api_version}/jobs/state/?" + urlencode([("job_id", validate_job_id(j)) for j in job_ids])
+
+    def job_state_queries(self, job_ids: list[str]) -> list[str]:
+        """``job_states`` paths for all of ``job_ids``, split so that none is longer than
+        ``MAX_STATE_QUERY_CHARS``."""
+        chunks: list[list[JobId]] = [[]]
+        length = len(self.job_states([]))
+        for job_id in map(validate_job_id, job_ids):
+            extra = len(f"job_id={job_id}&")
+            if chunks[-1] and length + extra > MAX_STATE_QUERY_CHARS:
+                chunks.append([])
+                length = len(self.job_states([]))
+            chunks[-1].append(job_id)
+            length += extra
+        return [self.job_states(chunk) for chunk in chunks if chunk]
 
     def accounting_jobs(self, name: str | None = None) -> str:
         path = f"/slurmdb/{self.api_version}/jobs/"

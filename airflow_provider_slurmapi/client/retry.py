@@ -12,13 +12,14 @@ import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import tenacity
 
 from airflow_provider_slurmapi.client.envelope import SlurmCall
-from airflow_provider_slurmapi.client.errors import InvalidRequestError, SlurmJobApiError
+from airflow_provider_slurmapi.client.errors import SlurmJobApiError
+from airflow_provider_slurmapi.client.numbers import checked_number
 
 
 def is_transient(error: BaseException) -> bool:
@@ -48,10 +49,12 @@ class RetryPolicy:
         """The policy set on a connection or an operator (text or numbers); None keeps the default."""
         defaults = cls()
         return cls(
-            max_attempts=_bounded("retry_attempts", attempts, defaults.max_attempts, *RETRY_ATTEMPTS_RANGE, whole=True),
-            max_elapsed=_bounded(
-                "retry_max_seconds", max_seconds, defaults.max_elapsed, *RETRY_MAX_SECONDS_RANGE, whole=False
-            ),
+            max_attempts=defaults.max_attempts
+            if attempts in (None, "")
+            else int(_setting("retry_attempts", attempts, RETRY_ATTEMPTS_RANGE, whole=True)),
+            max_elapsed=defaults.max_elapsed
+            if max_seconds in (None, "")
+            else _setting("retry_max_seconds", max_seconds, RETRY_MAX_SECONDS_RANGE, whole=False),
         )
 
     def pause(self, attempt: int) -> float:
@@ -96,14 +99,5 @@ class RetryPolicy:
 NO_RETRY = RetryPolicy(max_attempts=1)
 
 
-def _bounded(field: str, value: object, default: float, low: float, high: float, *, whole: bool) -> Any:
-    if value is None or value == "":
-        return default
-    kind = "a whole number" if whole else "a number of seconds"
-    try:
-        number = int(str(value)) if whole else float(str(value))
-    except ValueError:
-        number = None
-    if number is None or isinstance(value, bool) or not low <= number <= high:
-        raise InvalidRequestError(field, f"{value!r} is not allowed; expected {kind} from {low:g} to {high:g}")
-    return number
+def _setting(field: str, value: object, bounds: tuple[float, float], *, whole: bool) -> float:
+    return checked_number(field, value, low=bounds[0], high=bounds[1], whole=whole, from_text=True)

@@ -7,21 +7,21 @@ from typing import Any
 
 import requests
 
-from airflow_provider_slurmapi.client.api import SlurmJobApiOperations
+from airflow_provider_slurmapi.client.api import ClusterClient, SyncOperations
 from airflow_provider_slurmapi.client.cluster import ClusterRef
 from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply, read_reply
 from airflow_provider_slurmapi.client.errors import SlurmJobApiError, TransportError
-from airflow_provider_slurmapi.client.operations import Operation, Pause, StepResult, advance
+from airflow_provider_slurmapi.client.steps import Operation, Pause, StepResult, T, advance
 
 
-class SlurmJobApiClient(SlurmJobApiOperations):
+class SlurmJobApiClient(ClusterClient, SyncOperations):
     """Sync client. The session adds credentials; an ``AuthorizedSession`` refreshes them on 401."""
 
     def __init__(self, session: requests.Session, cluster: ClusterRef, **kwargs: Any) -> None:
         super().__init__(cluster, **kwargs)
         self.session = session
 
-    def _run(self, operation: Operation) -> Any:
+    def _run(self, operation: Operation[T]) -> T:
         outcome: StepResult = None
         try:
             while True:

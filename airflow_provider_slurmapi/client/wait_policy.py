@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_slurmapi.client.errors import JobLostError, UnknownJobStateError
-from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.client.jobs import JobStatus, RecordSource
 
 LOST_JOB_GRACE = 300.0  # seconds a job may be missing from both queue and accounting (accounting lags)
 HELD_REPORT_SECONDS = 600.0  # a held job is reported when first seen, then at most this often
@@ -39,11 +39,6 @@ class Verdict:
         if self.status is None or not (self.report_held or self.changed):
             return None
         return (logging.WARNING if self.report_held else logging.INFO), self.status.describe()
-
-    def warning(self, job_id: str) -> str | None:
-        if self.status is None:
-            return f"Slurm job {job_id} is in neither queue nor accounting yet; still looking"
-        return None
 
 
 @dataclass
@@ -71,7 +66,7 @@ class JobWaitPolicy:
         elif self._astray_too_long(now):
             raise UnknownJobStateError(status.job_id, status.state, self.lost_grace)
         # the bulk state list carries no reason: the last one read stays true until a full read
-        reason = self._last[1] if status.source == "state" and self._last else status.reason
+        reason = self._last[1] if status.source == RecordSource.STATE_LIST and self._last else status.reason
         changed = (status.state, reason) != self._last
         self._last = (status.state, reason)
         requeued = status.restarts > self.restarts
@@ -83,7 +78,7 @@ class JobWaitPolicy:
             self.held_reported_at = now
         return Verdict(status, finished=status.is_finished, changed=changed, requeued=requeued, report_held=report_held)
 
-    def memory(self) -> dict[str, Any]:
+    def carry_over(self) -> dict[str, Any]:
         """What a new policy needs to carry this wait on (a sensor rescheduled between reads)."""
         return {"astray_since": self.astray_since, "restarts": self.restarts, "held_reported_at": self.held_reported_at}
 

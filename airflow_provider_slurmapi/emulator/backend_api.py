@@ -14,12 +14,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+HTTP_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")  # what callSlurmRestApi can forward
+BODY_METHODS = ("POST", "PUT", "PATCH")  # the methods whose call carries a body
+
 
 @dataclass(frozen=True)
 class SlurmRequest:
     """One Slurm REST call, as unwrapped from callSlurmRestApi."""
 
-    method: str  # "GET", "POST", "DELETE", "PUT", "PATCH"
+    method: str  # one of HTTP_METHODS
     path: str  # without the query string
     query: dict[str, list[str]] = field(default_factory=dict)  # decoded, repeated keys kept
     raw_query: str = ""  # undecoded, for checks that depend on the literal text

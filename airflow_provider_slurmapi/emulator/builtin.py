@@ -23,7 +23,13 @@ from airflow_provider_slurmapi.emulator.backend_api import (
 from airflow_provider_slurmapi.emulator.job_desc import SubmitError, new_job
 from airflow_provider_slurmapi.emulator.job_model import Job, State, epoch_seconds
 from airflow_provider_slurmapi.emulator.runner import ProcessRunner
-from airflow_provider_slurmapi.emulator.scheduler import Scheduler
+from airflow_provider_slurmapi.emulator.scheduler import (
+    KILL_WAIT,
+    MIN_JOB_AGE,
+    REQUEUE_DELAY,
+    SECONDS_PER_MINUTE,
+    Scheduler,
+)
 
 _JOB_ID = re.compile(r"^(\d+)(?:_(\d+))?$")
 
@@ -43,6 +49,27 @@ def _slurm_error(
     return status, reply
 
 
+def _parse_ref(job_ref: str) -> tuple[int, int | None] | None:
+    """``123`` or ``123_4`` as (job id, task id or None); None if malformed."""
+    match = _JOB_ID.match(job_ref)
+    if not match:
+        return None
+    return int(match.group(1)), None if match.group(2) is None else int(match.group(2))
+
+
+def _parse_signal(text: str) -> signal.Signals | None:
+    """``?signal=``: a number or a name, with or without SIG; None if empty. Raises KeyError or ValueError."""
+    text = text.upper().removeprefix("SIG")
+    if not text:
+        return None
+    return signal.Signals(int(text)) if text.isdigit() else signal.Signals["SIG" + text]
+
+
+def _state_order(jobs: list[Job]) -> list[Job]:
+    """The order of jobs/state and DELETE statuses: newest first, a pending meta record last."""
+    return sorted(jobs, key=lambda j: (j.is_array_meta, -j.array_seq))
+
+
 class BuiltinBackend(SlurmBackend):
     """A one-node Slurm stand-in: jobs run as local processes, one process group each."""
 
@@ -51,12 +78,12 @@ class BuiltinBackend(SlurmBackend):
         cluster: str,
         state_dir: Path,
         *,
-        min_job_age: float = 30.0,
-        seconds_per_minute: float = 60.0,
-        kill_wait: float = 3.0,
+        min_job_age: float = MIN_JOB_AGE,
+        seconds_per_minute: float = SECONDS_PER_MINUTE,
+        kill_wait: float = KILL_WAIT,
         sched_delay: float = 0.0,
         virtual_jobs: bool = False,
-        requeue_delay: float = 120.0,
+        requeue_delay: float = REQUEUE_DELAY,
     ) -> None:
         self.cluster = cluster
         self.scheduler = Scheduler(
@@ -73,8 +100,6 @@ class BuiltinBackend(SlurmBackend):
         """Every job record of the cluster, by job id."""
         return self.scheduler.jobs
 
-    # --- SlurmBackend ---------------------------------------------------------------------------
-
     def is_known_path(self, path: str) -> bool:
         return is_slurm_route(path)
 
@@ -86,7 +111,7 @@ class BuiltinBackend(SlurmBackend):
         """
         if action not in CONTROL_ACTIONS:
             raise ControlError(400, f"unknown action {action!r}; allowed: {', '.join(CONTROL_ACTIONS)}")
-        ref = self._parse_ref(job_ref)
+        ref = _parse_ref(job_ref)
         if ref is None:
             raise ControlError(400, f"{job_ref!r} is not a job id (123, or 123_4 for an array task)")
         job_id, task = ref
@@ -117,12 +142,10 @@ class BuiltinBackend(SlurmBackend):
         service, version, route = match.groups()
         route = route.rstrip("/")
         if service == "slurmdb":
-            kind = "slurmdbd"
-            if request.method != "GET":
-                return self._bad_method(kind, version, "op_handler_job" if route != "jobs" else "op_handler_jobs")
-            if route == "jobs":
-                return self._slurmdb_jobs(version, request.query.get("job_name"))
-            return self._slurmdb_job(version, route.removeprefix("job/"))
+            return self._slurmdb_route(version, route, request)
+        return self._slurm_route(version, route, request)
+
+    def _slurm_route(self, version: str, route: str, request: SlurmRequest) -> SlurmAnswer:
         kind = "slurmctld"
         if route == "job/submit":
             if request.method != "POST":
@@ -143,59 +166,15 @@ class BuiltinBackend(SlurmBackend):
             return self._jobs_state(version, request)
         return 200, replies.envelope(kind, version, self.cluster, {"pings": [replies.ping()]})
 
-    # --- helpers --------------------------------------------------------------------------------
-
-    def _bad_method(self, kind: str, version: str, source: str) -> SlurmAnswer:
-        return _slurm_error(
-            422,
-            9000,
-            replies.PARSE_ERROR,
-            "Rejecting request. Failure parsing parameters",
-            source,
-            kind,
-            version,
-            self.cluster,
-        )
-
-    def _parse_ref(self, job_ref: str) -> tuple[int, int | None] | None:
-        """``123`` or ``123_4`` as (job id, task id or None); None if malformed."""
-        match = _JOB_ID.match(job_ref)
-        if not match:
-            return None
-        return int(match.group(1)), None if match.group(2) is None else int(match.group(2))
-
-    def _queue(self) -> list[Job]:
-        """The records slurmctld still shows, in the order of its job list."""
-        return [j for j in sorted(self.jobs.values(), key=lambda j: j.list_seq) if self.scheduler.in_queue(j)]
-
-    def _records(self, job_id: int) -> list[Job]:
-        """The job, or, for an array's id, every record of the array.
-
-        In slurmctld's order: the record with the array's own id first (the meta record while
-        tasks are pending, afterwards the last task to start), then the others, newest first.
-        """
-        job = self.jobs.get(job_id)
-        if job is None or job.array_job_id != job_id:
-            return [job] if job is not None else []
-        others = [j for j in self.jobs.values() if j.array_job_id == job_id and j is not job]
-        return [job, *sorted(others, key=lambda j: j.array_seq, reverse=True)]
-
-    @staticmethod
-    def _state_order(jobs: list[Job]) -> list[Job]:
-        """The order of jobs/state and DELETE statuses: newest first, a pending meta record last."""
-        return sorted(jobs, key=lambda j: (j.is_array_meta, -j.array_seq))
-
-    def _task_record(self, array_id: int, task: int) -> Job | None:
-        """The record that holds task ``task`` of array ``array_id``: its own, or the meta record."""
-        for job in self.jobs.values():
-            if job.array_job_id == array_id and (job.array_task_id == task or task in job.pending_tasks):
-                return job
-        return None
-
-    # --- /slurm routes --------------------------------------------------------------------------
+    def _slurmdb_route(self, version: str, route: str, request: SlurmRequest) -> SlurmAnswer:
+        if request.method != "GET":
+            return self._bad_method("slurmdbd", version, "op_handler_job" if route != "jobs" else "op_handler_jobs")
+        if route == "jobs":
+            return self._slurmdb_jobs(version, request.query.get("job_name"))
+        return self._slurmdb_job(version, route.removeprefix("job/"))
 
     def _get_job(self, version: str, job_ref: str) -> SlurmAnswer:
-        ref = self._parse_ref(job_ref)
+        ref = _parse_ref(job_ref)
         if ref is None:
             return self._bad_method("slurmctld", version, "op_handler_job")
         # real slurmrestd ignores a task suffix here: 123_4 answers like 123 (the whole array)
@@ -257,17 +236,13 @@ class BuiltinBackend(SlurmBackend):
         if refs:
             selected: dict[int, Job] = {}
             for raw in refs:
-                ref = self._parse_ref(raw)
+                ref = _parse_ref(raw)
                 if ref is None:
                     return self._bad_method("slurmctld", version, "op_handler_jobs_state")
-                job_id, task = ref
-                if task is None:
-                    found = self._records(job_id)
-                else:  # the task's record; for a task not started yet, the whole meta record
-                    record = self._task_record(job_id, task)
-                    found = [record] if record is not None else []
+                # a task's record; for a task not started yet, the whole meta record
+                found = self._named(*ref)
                 # in the order asked for, like real slurmctld
-                selected.update((j.job_id, j) for j in self._state_order(found) if self.scheduler.in_queue(j))
+                selected.update((j.job_id, j) for j in _state_order(found) if self.scheduler.in_queue(j))
             jobs = list(selected.values())
         else:
             jobs = self._queue()
@@ -275,23 +250,15 @@ class BuiltinBackend(SlurmBackend):
         return 200, replies.envelope("slurmctld", version, self.cluster, {"jobs": entries})
 
     def _delete_job(self, version: str, job_ref: str, request: SlurmRequest) -> SlurmAnswer:
-        ref = self._parse_ref(job_ref)
+        ref = _parse_ref(job_ref)
         if ref is None:
             return self._bad_method("slurmctld", version, "op_handler_job")
-        sig_text = (request.query.get("signal") or [""])[0].upper().removeprefix("SIG")
-        sig: signal.Signals | None = None
-        if sig_text:
-            try:
-                sig = signal.Signals(int(sig_text)) if sig_text.isdigit() else signal.Signals["SIG" + sig_text]
-            except (KeyError, ValueError):
-                return self._bad_method("slurmctld", version, "op_handler_job")
+        try:
+            sig = _parse_signal((request.query.get("signal") or [""])[0])
+        except (KeyError, ValueError):
+            return self._bad_method("slurmctld", version, "op_handler_job")
         job_id, task = ref
-        if task is None:
-            jobs = self._records(job_id)
-        else:
-            record = self._task_record(job_id, task)
-            jobs = [record] if record is not None else []
-        jobs = [j for j in jobs if self.scheduler.in_queue(j)]
+        jobs = [j for j in self._named(job_id, task) if self.scheduler.in_queue(j)]
         if not jobs:
             status = [replies.delete_status(job_ref, None, 2017, "Invalid job id specified")]
             return 200, replies.envelope("slurmctld", version, self.cluster, {"status": status})
@@ -303,7 +270,7 @@ class BuiltinBackend(SlurmBackend):
             self.scheduler.drop_pending_task(meta, task)
             return 200, replies.envelope("slurmctld", version, self.cluster, {"status": []})
         status = []
-        for job in self._state_order(jobs):
+        for job in _state_order(jobs):
             if job.terminal:  # one entry per record already over; the others are cancelled
                 step_id = str(job.job_id) if job.array_task_id is None else f"{job.array_job_id}_{job.array_task_id}"
                 status.append(
@@ -330,10 +297,8 @@ class BuiltinBackend(SlurmBackend):
             fields = {}
         return 200, replies.envelope("slurmctld", version, self.cluster, fields, warnings=warnings)
 
-    # --- /slurmdb routes ------------------------------------------------------------------------
-
     def _slurmdb_job(self, version: str, job_ref: str) -> SlurmAnswer:
-        ref = self._parse_ref(job_ref)
+        ref = _parse_ref(job_ref)
         if ref is None:
             return self._bad_method("slurmdbd", version, "op_handler_job")
         job_id, task = ref
@@ -356,3 +321,45 @@ class BuiltinBackend(SlurmBackend):
         chosen = [j for j in sorted(self.jobs.values(), key=lambda j: j.job_id) if not wanted or j.name in wanted]
         jobs = [replies.slurmdb_job(run, self.cluster, now) for j in chosen for run in (*j.runs, j)]
         return 200, replies.envelope("slurmdbd", version, self.cluster, {"jobs": jobs})
+
+    def _bad_method(self, kind: str, version: str, source: str) -> SlurmAnswer:
+        return _slurm_error(
+            422,
+            9000,
+            replies.PARSE_ERROR,
+            "Rejecting request. Failure parsing parameters",
+            source,
+            kind,
+            version,
+            self.cluster,
+        )
+
+    def _queue(self) -> list[Job]:
+        """The records slurmctld still shows, in the order of its job list."""
+        return [j for j in sorted(self.jobs.values(), key=lambda j: j.list_seq) if self.scheduler.in_queue(j)]
+
+    def _records(self, job_id: int) -> list[Job]:
+        """The job, or, for an array's id, every record of the array.
+
+        In slurmctld's order: the record with the array's own id first (the meta record while
+        tasks are pending, afterwards the last task to start), then the others, newest first.
+        """
+        job = self.jobs.get(job_id)
+        if job is None or job.array_job_id != job_id:
+            return [job] if job is not None else []
+        others = [j for j in self.jobs.values() if j.array_job_id == job_id and j is not job]
+        return [job, *sorted(others, key=lambda j: j.array_seq, reverse=True)]
+
+    def _task_record(self, array_id: int, task: int) -> Job | None:
+        """The record that holds task ``task`` of array ``array_id``: its own, or the meta record."""
+        for job in self.jobs.values():
+            if job.array_job_id == array_id and (job.array_task_id == task or task in job.pending_tasks):
+                return job
+        return None
+
+    def _named(self, job_id: int, task: int | None) -> list[Job]:
+        """The records ``job_id`` names (see _records), or the one holding task ``task`` of the array."""
+        if task is None:
+            return self._records(job_id)
+        record = self._task_record(job_id, task)
+        return [record] if record is not None else []

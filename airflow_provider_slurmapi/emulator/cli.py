@@ -30,7 +30,10 @@ from airflow_provider_slurmapi.emulator.faults import FAULT_HEADER, FAULT_KINDS,
 from airflow_provider_slurmapi.emulator.service import BACKENDS, Emulator, EmulatorConfig
 
 ENV_PREFIX = "SLURM_JOB_API_EMULATOR_"
-DEFAULT_PROJECT, DEFAULT_REGION, DEFAULT_CLUSTER = "test-project", "us-central1", "test-cluster"
+DEFAULT_PORT = 8780  # EmulatorConfig's port 0 (any free port) suits tests, not a server to point Airflow at
+# the command's other defaults are EmulatorConfig's
+_DEFAULTS = EmulatorConfig()
+DEFAULT_PROJECT, DEFAULT_REGION, DEFAULT_CLUSTER = _DEFAULTS.clusters[0]
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -42,58 +45,93 @@ def _env_list(name: str) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
+def _env_float(name: str, default: float) -> float:
+    return float(_env(name) or default)
+
+
+def _env_flag(name: str) -> bool:
+    return _env(name, "") not in ("", "0", "false")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="slurm-job-api-emulator", description="Local stand-in for Google Cloud's Slurm Job API."
     )
-    p.add_argument("--host", default=_env("HOST", "127.0.0.1"))
-    p.add_argument("--port", type=int, default=int(_env("PORT", "8780") or 8780))
+    _add_service_arguments(p)
+    _add_google_arguments(p)
+    _add_cluster_arguments(p)
+    _add_backend_arguments(p)
+    _add_output_mount_arguments(p)
+    _add_fault_arguments(p)
+    return p
+
+
+def _add_service_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the emulator listens, the clusters it serves, how it logs."""
+    p.add_argument("--host", default=_env("HOST", _DEFAULTS.host))
+    p.add_argument("--port", type=int, default=int(_env("PORT") or DEFAULT_PORT))
     p.add_argument("--project", action="append", help=f"repeatable; default {DEFAULT_PROJECT}")
     p.add_argument("--region", action="append", help=f"repeatable; default {DEFAULT_REGION}")
     p.add_argument("--cluster", action="append", help=f"repeatable; default {DEFAULT_CLUSTER}")
-    p.add_argument("--min-job-age", type=float, default=float(_env("MIN_JOB_AGE", "30") or 30))
-    p.add_argument("--seconds-per-minute", type=float, default=float(_env("SECONDS_PER_MINUTE", "60") or 60))
-    p.add_argument("--token-lifetime", type=float, default=float(_env("TOKEN_LIFETIME", "3600") or 3600))
-    p.add_argument("--reply-shape", choices=("structured", "body"), default=_env("REPLY_SHAPE", "structured"))
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+
+
+def _add_google_arguments(p: argparse.ArgumentParser) -> None:
+    """Google's side: the service account, its tokens, and how the API answers."""
     p.add_argument("--key-file", default=_env("KEY_FILE", "./emulator-key.json"))
+    p.add_argument("--token-lifetime", type=float, default=_env_float("TOKEN_LIFETIME", _DEFAULTS.token_lifetime))
     p.add_argument("--deny-principal", action="append", help="repeatable: email that gets PERMISSION_DENIED")
-    p.add_argument(
-        "--virtual-jobs",
-        action="store_true",
-        default=_env("VIRTUAL_JOBS", "") not in ("", "0", "false"),
-        help="run no processes: a job lasts $EMULATOR_RUNTIME s and exits $EMULATOR_EXIT_CODE (scale tests)",
-    )
+    p.add_argument("--reply-shape", choices=("structured", "body"), default=_env("REPLY_SHAPE", _DEFAULTS.reply_shape))
     p.add_argument(
         "--no-query-strings",
         action="store_true",
-        default=_env("NO_QUERY_STRINGS", "") not in ("", "0", "false"),
+        default=_env_flag("NO_QUERY_STRINGS"),
         help="refuse a query string in the Slurm path with INVALID_ARGUMENT (undocumented API behaviour)",
     )
+
+
+def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
+    """The built-in cluster: where jobs keep their files and how fast they move."""
     p.add_argument("--state-dir", default=_env("STATE_DIR"))
-    p.add_argument("--kill-wait", type=float, default=float(_env("KILL_WAIT", "3") or 3))
+    p.add_argument("--min-job-age", type=float, default=_env_float("MIN_JOB_AGE", _DEFAULTS.min_job_age))
+    p.add_argument(
+        "--seconds-per-minute", type=float, default=_env_float("SECONDS_PER_MINUTE", _DEFAULTS.seconds_per_minute)
+    )
+    p.add_argument("--kill-wait", type=float, default=_env_float("KILL_WAIT", _DEFAULTS.kill_wait))
     p.add_argument(
         "--sched-delay",
         type=float,
-        default=float(_env("SCHED_DELAY", "1") or 1),
+        default=_env_float("SCHED_DELAY", _DEFAULTS.sched_delay),
         help="seconds a new job stays PENDING before it starts (real Slurm: 2-4 s)",
     )
     p.add_argument(
         "--requeue-delay",
         type=float,
-        default=float(_env("REQUEUE_DELAY", "120") or 120),
+        default=_env_float("REQUEUE_DELAY", _DEFAULTS.requeue_delay),
         help="seconds a requeued job pends (reason BeginTime) before it runs again (real Slurm: ~121 s)",
     )
-    p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+    p.add_argument(
+        "--virtual-jobs",
+        action="store_true",
+        default=_env_flag("VIRTUAL_JOBS"),
+        help="run no processes: a job lasts $EMULATOR_RUNTIME s and exits $EMULATOR_EXIT_CODE (scale tests)",
+    )
+
+
+def _add_backend_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--backend",
         choices=BACKENDS,
-        default=_env("BACKEND", "builtin"),
+        default=_env("BACKEND", _DEFAULTS.backend),
         help="builtin: emulate Slurm with local processes; slurmrestd: forward to a real slurmrestd",
     )
     p.add_argument("--slurmrestd-url", default=_env("SLURMRESTD_URL"), help="e.g. http://slurm-head:6820")
     p.add_argument("--slurm-user", default=_env("SLURM_USER"), help="sent as X-SLURM-USER-NAME")
     # a token on the command line shows up in ps: prefer the environment variable
     p.add_argument("--slurm-token", default=_env("SLURM_TOKEN"), help="Slurm JWT sent as X-SLURM-USER-TOKEN")
+
+
+def _add_output_mount_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--output-mount",
         default=_env("OUTPUT_MOUNT"),
@@ -105,9 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=_env("STORAGE_HOST", os.environ.get("STORAGE_EMULATOR_HOST")),
         help="URL of a Cloud Storage stand-in (default $STORAGE_EMULATOR_HOST), e.g. http://127.0.0.1:9023",
     )
-    p.add_argument("--cluster-root", default=_env("CLUSTER_ROOT", "/"), help="where the cluster's / is here")
-    _add_fault_arguments(p)
-    return p
+    p.add_argument(
+        "--cluster-root", default=_env("CLUSTER_ROOT", _DEFAULTS.cluster_root), help="where the cluster's / is here"
+    )
 
 
 def _add_fault_arguments(p: argparse.ArgumentParser) -> None:
@@ -263,7 +301,7 @@ def build_control_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("action", choices=CONTROL_ACTIONS)
     p.add_argument("job_id", help="e.g. 12, or 12_3 for an array task")
-    port = _env("PORT", "8780")
+    port = _env("PORT", str(DEFAULT_PORT))
     p.add_argument("--url", default=_env("URL", f"http://127.0.0.1:{port}"), help="the emulator's URL")
     p.add_argument("--project", default=(_env_list("PROJECT") or [DEFAULT_PROJECT])[0])
     p.add_argument("--region", default=(_env_list("REGION") or [DEFAULT_REGION])[0])

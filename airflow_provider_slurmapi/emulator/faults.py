@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from airflow_provider_slurmapi.emulator.backend_api import HTTP_METHODS
+
 FAULT_KINDS = (
     "unavailable",  # 503 UNAVAILABLE
     "resource_exhausted",  # 429 RESOURCE_EXHAUSTED
@@ -36,7 +38,6 @@ FAULT_KINDS = (
 )
 FAULT_HEADER = "X-Emulator-Fault"
 DEFAULT_LATENCY = 2.0
-HTTP_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
 
 
 # --- validation (messages name the field, the bad value and what is allowed) ---------------------

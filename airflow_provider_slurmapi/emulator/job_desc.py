@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, TypedDict
 
 from airflow_provider_slurmapi.emulator import replies
 from airflow_provider_slurmapi.emulator.job_model import Job, epoch_seconds, parse_array
@@ -100,43 +100,139 @@ def _open_append(value: Any) -> bool:
     return any(str(item).upper() == "APPEND" for item in values)
 
 
+class _Owner(TypedDict):
+    user_name: str
+    user_id: int
+    group_id: int
+    group_name: str
+
+
+class _Times(TypedDict):
+    time_limit: int | None
+    submit_time: int
+    begin_time: int
+
+
+class _Resources(TypedDict):
+    tasks: int | None
+    tasks_per_node: int
+    cpus_per_task: int
+    min_nodes: int
+
+
+class _Files(TypedDict):
+    stdout_pattern: str
+    stderr_pattern: str
+    stdin: str
+    open_append: bool
+
+
+class _Array(TypedDict):
+    array_job_id: int
+    array_max_tasks: int
+    pending_tasks: list[int]
+
+
 def new_job(body: Any, principal: str, job_id: int) -> tuple[Job, list[dict[str, Any]]]:
     """Job ``job_id`` of ``principal`` as ``body`` describes it, and slurmrestd's warnings about ``body``."""
+    script, desc = _script_and_desc(body)
+    warnings = _unknown_field_warnings(desc)
+    # read in this order: it decides which refusal a submission with several faults gets, and the
+    # order of the warnings
+    times = _times(desc)
+    resources = _resources(desc, warnings)
+    environment = _environment(desc, warnings)
+    cwd = _working_directory(desc)
+    partition = _partition(desc)
+    array = _array(desc, job_id)
+    hold = bool(desc.get("hold"))
+    job = Job(
+        job_id=job_id,
+        name=str(desc.get("name") or ""),
+        script=script,
+        environment=environment,
+        cwd=cwd,
+        partition=partition,
+        default_partition=not desc.get("partition"),
+        comment=str(desc.get("comment") or ""),
+        hold=hold,
+        db_hold=hold,
+        requeue=desc.get("requeue") is not False,  # Slurm's default (JobRequeue=1): requeue
+        # real slurmctld flags held jobs and arrays DEPENDENT until their first scheduling pass
+        dependent=hold or bool(array["pending_tasks"]),
+        **_owner(principal),
+        **times,
+        **resources,
+        **_files(desc, is_array=bool(array["pending_tasks"])),
+        **array,
+    )
+    return job, warnings
+
+
+def _parse_error(description: str) -> SubmitError:
+    """slurmrestd cannot read the submission at all."""
+    return SubmitError(422, 9000, replies.PARSE_ERROR, description, "_job_post")
+
+
+def _submit_failed(number: int, error: str) -> SubmitError:
+    """slurmctld refuses the batch job: slurmrestd passes its error on."""
+    return SubmitError(500, number, error, "Batch job submission failed", "slurm_submit_batch_job()")
+
+
+def _script_and_desc(body: Any) -> tuple[str, dict[str, Any]]:
+    """The batch script and the ``job`` description of a submission: both are required."""
     body = body if isinstance(body, dict) else {}
     script = body.get("script")
     if not isinstance(script, str) or not script:
-        raise SubmitError(
-            422, 9000, replies.PARSE_ERROR, 'Populated "script" field is required for job submission', "_job_post"
-        )
+        raise _parse_error('Populated "script" field is required for job submission')
     desc = body.get("job")
     if not isinstance(desc, dict):
-        raise SubmitError(
-            422,
-            9000,
-            replies.PARSE_ERROR,
-            'Populated "job" field is required for job submission (the emulator does not support heterogeneous "jobs")',
-            "_job_post",
+        raise _parse_error(
+            'Populated "job" field is required for job submission (the emulator does not support heterogeneous "jobs")'
         )
-    warnings: list[dict[str, Any]] = []
-    known = replies.job_desc_fields()
-    for key, value in desc.items():
-        if key not in known:
-            warnings.append(
-                replies.warning(
-                    f'Ignoring unknown field "{key}" of type {_json_type_name(value)} in DATA_PARSER_JOB_DESC_MSG',
-                    f"#/job/{key}/",
-                )
-            )
-    time_limit = _time_limit(desc)
-    tasks = _int_field(desc, "tasks", 0, warnings) or None
-    tasks_per_node = _int_field(desc, "tasks_per_node", 0, warnings)
-    cpus_per_task = _int_field(desc, "cpus_per_task", 1, warnings)
-    min_nodes = _int_field(desc, "minimum_nodes", 1, warnings)
+    return script, desc
 
-    env_value = desc.get("environment")
-    environment: dict[str, str] = {}
-    if isinstance(env_value, dict):
-        text = json.dumps(env_value, separators=(",", ":")).replace("/", "\\/")
+
+def _unknown_field_warnings(desc: dict[str, Any]) -> list[dict[str, Any]]:
+    known = replies.job_desc_fields()
+    return [
+        replies.warning(
+            f'Ignoring unknown field "{key}" of type {_json_type_name(value)} in DATA_PARSER_JOB_DESC_MSG',
+            f"#/job/{key}/",
+        )
+        for key, value in desc.items()
+        if key not in known
+    ]
+
+
+def _owner(principal: str) -> _Owner:
+    """The caller's name (before the @) as user and group; the job runs with the emulator's own ids."""
+    user = principal.split("@")[0] or "emulator"
+    return {"user_name": user, "user_id": os.getuid(), "group_id": os.getgid(), "group_name": user}
+
+
+def _times(desc: dict[str, Any]) -> _Times:
+    """A begin time in the past (or none) makes the job eligible at once."""
+    time_limit = _time_limit(desc)
+    begin = _epoch_field(desc, "begin_time")
+    now = epoch_seconds()
+    return {"time_limit": time_limit, "submit_time": now, "begin_time": begin if begin > now else 0}
+
+
+def _resources(desc: dict[str, Any], warnings: list[dict[str, Any]]) -> _Resources:
+    return {
+        "tasks": _int_field(desc, "tasks", 0, warnings) or None,
+        "tasks_per_node": _int_field(desc, "tasks_per_node", 0, warnings),
+        "cpus_per_task": _int_field(desc, "cpus_per_task", 1, warnings),
+        "min_nodes": _int_field(desc, "minimum_nodes", 1, warnings),
+    }
+
+
+def _environment(desc: dict[str, Any], warnings: list[dict[str, Any]]) -> dict[str, str]:
+    """A list of ``NAME=value``; slurmrestd takes a mapping too, with a warning, but not none at all."""
+    value = desc.get("environment")
+    if isinstance(value, dict):
+        text = json.dumps(value, separators=(",", ":")).replace("/", "\\/")
         warnings.append(
             replies.warning(
                 "Expected OpenAPI type=array (Slurm type=list) but got OpenAPI type=object "
@@ -144,84 +240,48 @@ def new_job(body: Any, principal: str, job_id: int) -> tuple[Job, list[dict[str,
                 "#/job/environment/",
             )
         )
-        environment = {str(k): str(v) for k, v in env_value.items()}
-    elif isinstance(env_value, list) and env_value:
-        for item in env_value:
-            key, _, value = str(item).partition("=")
-            if key:
-                environment[key] = value
-    else:
-        raise SubmitError(
-            500,
-            2019,
-            "I/O error writing script/environment to file",
-            "Batch job submission failed",
-            "slurm_submit_batch_job()",
-        )
+        return {str(k): str(v) for k, v in value.items()}
+    if not isinstance(value, list) or not value:
+        raise _submit_failed(2019, "I/O error writing script/environment to file")
+    environment: dict[str, str] = {}
+    for item in value:
+        key, _, text = str(item).partition("=")
+        if key:
+            environment[key] = text
+    return environment
+
+
+def _working_directory(desc: dict[str, Any]) -> str:
     cwd = desc.get("current_working_directory")
     if not isinstance(cwd, str) or not cwd:
-        raise SubmitError(
-            500,
-            2063,
-            "Job cannot be submitted without the current working directory specified.",
-            "Batch job submission failed",
-            "slurm_submit_batch_job()",
-        )
+        raise _submit_failed(2063, "Job cannot be submitted without the current working directory specified.")
+    return cwd
+
+
+def _partition(desc: dict[str, Any]) -> str:
     partition = desc.get("partition") or DEFAULT_PARTITION
     if partition not in PARTITIONS:
-        raise SubmitError(
-            500, 2000, "Invalid partition name specified", "Batch job submission failed", "slurm_submit_batch_job()"
-        )
-    array_tasks: list[int] = []
-    max_running = 0
-    if desc.get("array"):
-        try:
-            array_tasks, max_running = parse_array(str(desc["array"]))
-        except ValueError:
-            raise SubmitError(
-                500,
-                2003,
-                "Invalid job array specification",
-                "Batch job submission failed",
-                "slurm_submit_batch_job()",
-            ) from None
+        raise _submit_failed(2000, "Invalid partition name specified")
+    return partition
 
-    user = principal.split("@")[0] or "emulator"
-    begin = _epoch_field(desc, "begin_time")
-    now = epoch_seconds()
-    hold = bool(desc.get("hold"))
-    job = Job(
-        job_id=job_id,
-        name=str(desc.get("name") or ""),
-        user_name=user,
-        user_id=os.getuid(),
-        group_id=os.getgid(),
-        group_name=user,
-        script=script,
-        environment=environment,
-        cwd=cwd,
-        stdout_pattern=str(desc.get("standard_output") or ("slurm-%A_%a.out" if array_tasks else "slurm-%j.out")),
-        stderr_pattern=str(desc.get("standard_error") or ""),
-        stdin=str(desc.get("standard_input") or "/dev/null"),
-        partition=partition,
-        comment=str(desc.get("comment") or ""),
-        time_limit=time_limit,
-        hold=hold,
-        db_hold=hold,
-        requeue=desc.get("requeue") is not False,  # Slurm's default (JobRequeue=1): requeue
-        open_append=_open_append(desc.get("open_mode")),
-        submit_time=now,
-        begin_time=begin if begin > now else 0,
-        tasks=tasks,
-        tasks_per_node=tasks_per_node,
-        cpus_per_task=cpus_per_task,
-        min_nodes=min_nodes,
-        default_partition=not desc.get("partition"),
-        # real slurmctld flags held jobs and arrays DEPENDENT until their first scheduling pass
-        dependent=hold or bool(array_tasks),
-        # an array starts as one record, the meta record, holding every task (see Scheduler._split_task)
-        array_job_id=job_id if array_tasks else 0,
-        array_max_tasks=max_running,
-        pending_tasks=array_tasks,
-    )
-    return job, warnings
+
+def _array(desc: dict[str, Any], job_id: int) -> _Array:
+    """An array starts as one record, the meta record, holding every task (see Scheduler._split_task)."""
+    if not desc.get("array"):
+        return {"array_job_id": 0, "array_max_tasks": 0, "pending_tasks": []}
+    try:
+        tasks, max_running = parse_array(str(desc["array"]))
+    except ValueError:
+        raise _submit_failed(2003, "Invalid job array specification") from None
+    return {"array_job_id": job_id, "array_max_tasks": max_running, "pending_tasks": tasks}
+
+
+def _files(desc: dict[str, Any], *, is_array: bool) -> _Files:
+    """The standard streams, as patterns (see Job.expand); no stderr: it goes to the stdout file."""
+    default_output = "slurm-%A_%a.out" if is_array else "slurm-%j.out"
+    return {
+        "stdout_pattern": str(desc.get("standard_output") or default_output),
+        "stderr_pattern": str(desc.get("standard_error") or ""),
+        "stdin": str(desc.get("standard_input") or "/dev/null"),
+        "open_append": _open_append(desc.get("open_mode")),
+    }

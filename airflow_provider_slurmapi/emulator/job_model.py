@@ -28,10 +28,9 @@ TERMINAL = frozenset(
 # the one node of the emulated cluster, as a failed job names it
 NODE_NAME = "node1"
 
-# Slurm's NO_VAL for "never started" times in accounting (seen for a job cancelled while pending).
-SLURMDB_NEVER_STARTED = 4294967294
-# What %a expands to for a job that is not part of an array (Slurm's NO_VAL).
-NO_ARRAY_TASK = 4294967294
+# Slurm's NO_VAL: accounting's start time of a job that never started (cancelled while pending),
+# and what %a expands to for a job that is not part of an array
+NO_VAL = 4294967294
 
 
 def epoch_seconds() -> int:
@@ -204,7 +203,7 @@ class Job:
         if not pattern:
             return ""
         array_id = self.array_job_id or self.job_id
-        task = NO_ARRAY_TASK if self.array_task_id is None else self.array_task_id
+        task = NO_VAL if self.array_task_id is None else self.array_task_id
         values = {
             "j": str(self.job_id),
             "A": str(array_id),

@@ -13,7 +13,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from airflow_provider_slurmapi.emulator.job_model import SLURMDB_NEVER_STARTED, TERM_EXIT, ExitInfo, Job, State
+from airflow_provider_slurmapi.emulator.job_model import NO_VAL, TERM_EXIT, ExitInfo, Job, State
 
 Reply = dict[str, Any]
 
@@ -132,7 +132,33 @@ def job_flags(job: Job) -> list[str]:
 def slurm_job(job: Job, cluster: str) -> dict[str, Any]:
     """The job as ``GET /slurm/V/job/{id}`` shows it (template: a RUNNING job)."""
     out = template("slurm_job.json")
-    ran = job.ran
+    _fill_submission(out, job, cluster)
+    _fill_hold(out, job)
+    out["exit_code"] = exit_code(job.exit)
+    out["derived_exit_code"] = exit_code(job.derived_exit)
+    out["flags"] = job_flags(job)
+    _fill_size(out, job)
+    # array fields: the array job id is set (0 for plain jobs), the task id only for task records
+    out["array_job_id"] = number(job.array_job_id)
+    out["array_task_id"] = _array_task_id(job)
+    out["array_max_tasks"] = number(job.array_max_tasks)
+    out["array_task_string"] = job.array_task_string
+    _fill_times(out, job)
+    _fill_allocation(out, job)
+    return out
+
+
+def _array_task_id(job: Job) -> dict[str, Any]:
+    return number(job.array_task_id or 0, is_set=job.array_task_id is not None)
+
+
+def _alloc_tres(cpus: int) -> str:
+    """The TRES of an allocation on the one node."""
+    return f"cpu={cpus},node=1,billing={cpus}"
+
+
+def _fill_submission(out: dict[str, Any], job: Job, cluster: str) -> None:
+    """What was submitted, by whom, and where the job stands."""
     out["job_id"] = job.job_id
     out["name"] = job.name
     out["cluster"] = cluster
@@ -151,6 +177,10 @@ def slurm_job(job: Job, cluster: str) -> dict[str, Any]:
     out["standard_error"] = job.expand(job.stderr_pattern or job.stdout_pattern)
     out["standard_input"] = job.stdin
     out["time_limit"] = _time_limit(job)
+
+
+def _fill_hold(out: dict[str, Any], job: Job) -> None:
+    """Hold, priority and requeue."""
     # a held job stays held (priority 0) once cancelled; jobs held at submission also read
     # max_nodes 1 in 24.11, those held later (scontrol hold, requeuehold) read 0
     held_at_submit = job.hold and job.hold_reason == "JobHeldUser" and not job.restart_cnt
@@ -160,9 +190,10 @@ def slurm_job(job: Job, cluster: str) -> dict[str, Any]:
     out["requeue"] = job.requeue
     out["restart_cnt"] = job.restart_cnt
     out["failed_node"] = job.failed_node
-    out["exit_code"] = exit_code(job.exit)
-    out["derived_exit_code"] = exit_code(job.derived_exit)
-    out["flags"] = job_flags(job)
+
+
+def _fill_size(out: dict[str, Any], job: Job) -> None:
+    """Tasks and CPUs, as requested."""
     cpus = job.cpus
     if job.task_count is None and job.terminal and not job.ran:
         out["tasks"] = number(0, is_set=False)  # none requested and never ran (cancelled pending)
@@ -173,13 +204,11 @@ def slurm_job(job: Job, cluster: str) -> dict[str, Any]:
     out["cpus"] = number(cpus)
     out["minimum_cpus_per_node"] = number(max(job.tasks_per_node, 1) * job.cpus_per_task)
     out["tres_req_str"] = f"cpu={cpus},mem=21694M,node=1,billing={cpus}"
-    # array fields: the array job id is set (0 for plain jobs), the task id only for task records
-    out["array_job_id"] = number(job.array_job_id)
-    out["array_task_id"] = number(job.array_task_id or 0, is_set=job.array_task_id is not None)
-    out["array_max_tasks"] = number(job.array_max_tasks)
-    out["array_task_string"] = job.array_task_string
 
-    # times: epoch seconds in {set, infinite, number}; see real-slurm.md section 6
+
+def _fill_times(out: dict[str, Any], job: Job) -> None:
+    """Epoch seconds in {set, infinite, number}; see real-slurm.md section 6."""
+    ran = job.ran
     eligible = job.begin_time or job.submit_time
     requeued = job.restart_cnt > 0  # a requeued job has its begin time (and tres) whether held or not
     out["submit_time"] = number(job.submit_time)
@@ -197,20 +226,23 @@ def slurm_job(job: Job, cluster: str) -> dict[str, Any]:
         out["start_time"] = number(job.start_time or job.end_time)
         out["end_time"] = number(job.end_time)
 
-    if ran:
+
+def _fill_allocation(out: dict[str, Any], job: Job) -> None:
+    """The node and CPUs the job got: none until it ran."""
+    cpus = job.cpus
+    if job.ran:
         resources_ = out["job_resources"]
         resources_["cpus"] = cpus
         resources_["nodes"]["allocation"][0]["cpus"]["count"] = cpus
         out["billable_tres"] = number(float(cpus))
-        out["tres_alloc_str"] = f"cpu={cpus},node=1,billing={cpus}"
+        out["tres_alloc_str"] = _alloc_tres(cpus)
     else:
         out["job_resources"] = None
         out["batch_host"] = ""
         out["nodes"] = ""
-        out["billable_tres"] = number(float(cpus), is_set=requeued)
+        out["billable_tres"] = number(float(cpus), is_set=job.restart_cnt > 0)  # set once requeued
         # a node failure keeps the last allocation's tres string (SKIP_TRES_STRING_ACCOUNTING)
-        out["tres_alloc_str"] = f"cpu={cpus},node=1,billing={cpus}" if job.skip_tres else ""
-    return out
+        out["tres_alloc_str"] = _alloc_tres(cpus) if job.skip_tres else ""
 
 
 def _unset_exit() -> dict[str, Any]:
@@ -239,7 +271,7 @@ def _step(
     return out
 
 
-def _batch_step(job: Job, now: int, cpus: int) -> dict[str, Any]:
+def _batch_step(job: Job, cpus: int) -> dict[str, Any]:
     if job.state is State.RUNNING:
         state, info, end = State.RUNNING, ExitInfo(), 0
     elif job.state is State.NODE_FAIL:
@@ -247,11 +279,10 @@ def _batch_step(job: Job, now: int, cpus: int) -> dict[str, Any]:
         out = _step(job, "batch", "batch", State.CANCELLED, ExitInfo(), job.start_time, job.end_time, cpus)
         out["exit_code"] = _unset_exit()
         return out
-    elif job.state in (State.REQUEUED, State.PREEMPTED):  # killed for the requeue
+    elif job.state in (State.REQUEUED, State.PREEMPTED) or job.stop_reason is not None:
+        # real accounting: the batch step of a job killed for a requeue, cancelled or timed out
+        # reads CANCELLED, SIGNALED/TERM
         state, info, end = State.CANCELLED, TERM_EXIT, job.end_time
-    elif job.stop_reason is not None:
-        # real accounting: the batch step of a cancelled or timed-out job reads CANCELLED, SIGNALED/TERM
-        state, info, end = State.CANCELLED, ExitInfo(signal=15), job.end_time
     elif job.exit.signal is not None:
         state, info, end = State.CANCELLED, job.exit, job.end_time
     else:
@@ -263,8 +294,22 @@ def _batch_step(job: Job, now: int, cpus: int) -> dict[str, Any]:
 def slurmdb_job(job: Job, cluster: str, now: int) -> dict[str, Any]:
     """The job as ``GET /slurmdb/V/job/{id}`` shows it (template: a COMPLETED job)."""
     out = template("slurmdb_job.json")
-    ran = job.ran
-    cpus = job.cpus
+    _fill_db_submission(out, job, cluster)
+    # the hold of submission or requeuehold, even once released or cancelled
+    out["hold"] = job.db_hold
+    out["priority"] = number(0 if job.db_hold else 1)
+    out["restart_cnt"] = job.restart_cnt
+    out["failed_node"] = job.failed_node
+    out["kill_request_user"] = job.kill_request_user
+    _fill_db_state(out, job)
+    _fill_db_array(out, job)
+    _fill_db_times(out["time"], job, now)
+    _fill_db_allocation(out, job)
+    return out
+
+
+def _fill_db_submission(out: dict[str, Any], job: Job, cluster: str) -> None:
+    """What was submitted and by whom; accounting keeps the file names both as given and expanded."""
     out["job_id"] = job.job_id
     out["name"] = job.name
     out["cluster"] = cluster
@@ -280,13 +325,9 @@ def slurmdb_job(job: Job, cluster: str, now: int) -> dict[str, Any]:
     out["stderr"] = job.stderr_pattern
     out["stderr_expanded"] = job.expand(job.stderr_pattern)
     out["stdin"] = ""
-    # the hold of submission or requeuehold, even once released or cancelled
-    out["hold"] = job.db_hold
-    out["priority"] = number(0 if job.db_hold else 1)
-    out["restart_cnt"] = job.restart_cnt
-    out["failed_node"] = job.failed_node
-    out["kill_request_user"] = job.kill_request_user
-    out["required"]["CPUs"] = cpus
+
+
+def _fill_db_state(out: dict[str, Any], job: Job) -> None:
     current = ["PENDING", "REQUEUED"] if job.state is State.REQUEUED else [job.state.value]
     out["state"] = {"current": current, "reason": job.db_reason}
     if job.state is State.NODE_FAIL:  # accounting: ERROR/1, whatever the live record says
@@ -297,43 +338,49 @@ def slurmdb_job(job: Job, cluster: str, now: int) -> dict[str, Any]:
         # signal is only in the steps
         out["exit_code"] = exit_code(ExitInfo() if job.stop_reason is not None else job.exit)
         out["derived_exit_code"] = exit_code(job.derived_exit)
-    out["array"]["job_id"] = job.array_job_id
-    # accounting keeps the %N limit on the array's own record only, not on split-off tasks
-    limit = job.array_max_tasks if job.job_id == job.array_job_id else 0
-    out["array"]["limits"]["max"]["running"]["tasks"] = limit
-    out["array"]["task_id"] = number(job.array_task_id or 0, is_set=job.array_task_id is not None)
-    out["array"]["task"] = job.array_task_mask
-    for entry in out["tres"]["allocated"] + out["tres"]["requested"]:
-        if entry["type"] in ("cpu", "billing"):
-            entry["count"] = cpus
 
+
+def _fill_db_array(out: dict[str, Any], job: Job) -> None:
+    array = out["array"]
+    array["job_id"] = job.array_job_id
+    # accounting keeps the %N limit on the array's own record only, not on split-off tasks
+    array["limits"]["max"]["running"]["tasks"] = job.array_max_tasks if job.job_id == job.array_job_id else 0
+    array["task_id"] = _array_task_id(job)
+    array["task"] = job.array_task_mask
+
+
+def _fill_db_times(t: dict[str, Any], job: Job, now: int) -> None:
+    """Accounting's times: plain epoch seconds; ``planned`` is how long the job waited to start."""
     eligible = job.begin_time or job.submit_time
-    t = out["time"]
     t["submission"] = job.submit_time
     t["eligible"] = eligible
     t["limit"] = _time_limit(job)
-    if not ran:
-        t["start"] = SLURMDB_NEVER_STARTED if job.terminal else 0
-        t["end"] = job.end_time if job.terminal else 0
+    t["end"] = job.end_time if job.terminal else 0
+    if job.ran:
+        t["start"] = job.start_time
+        t["elapsed"] = max(0, (job.end_time if job.terminal else now) - job.start_time)
+        t["planned"] = number(max(0, job.start_time - eligible))
+    else:
+        t["start"] = NO_VAL if job.terminal else 0  # NO_VAL: it never started
         t["elapsed"] = 0
         t["planned"] = number(max(0, (job.end_time or now) - eligible))
+
+
+def _fill_db_allocation(out: dict[str, Any], job: Job) -> None:
+    """The CPUs asked for and, once it ran, the allocation and the steps; a job that never ran has neither."""
+    cpus = job.cpus
+    out["required"]["CPUs"] = cpus
+    for entry in out["tres"]["allocated"] + out["tres"]["requested"]:
+        if entry["type"] in ("cpu", "billing"):
+            entry["count"] = cpus
+    if not job.ran:
         out["allocation_nodes"] = 0
         out["nodes"] = "None assigned"
         out["flags"] = ["START_RECEIVED"]
         out["tres"]["allocated"] = []
         out["steps"] = []
-        return out
-    t["start"] = job.start_time
-    t["end"] = job.end_time if job.terminal else 0
-    t["elapsed"] = max(0, (job.end_time if job.terminal else now) - job.start_time)
-    t["planned"] = number(max(0, job.start_time - eligible))
-    steps = [_batch_step(job, now, cpus)]
+        return
+    steps = [_batch_step(job, cpus)]
     for step in job.steps:
         steps.append(_step(job, step.step_id, step.name, step.state, step.exit, step.start, step.end, cpus))
     out["steps"] = steps
-    return out
-
-
-def dumps_slurm(reply: Reply) -> str:
-    """JSON text the way slurmrestd writes it (it escapes '/')."""
-    return json.dumps(reply, indent=2).replace("/", "\\/")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from airflow_provider_slurmapi.emulator.job_model import ExitInfo, Job, State, Step
+from airflow_provider_slurmapi.emulator.job_model import NODE_NAME, ExitInfo, Job, State, Step
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ class ProcessRunner:
             cwd = "/tmp"
             os.write(
                 err_fd,
-                f"slurmstepd-node1: error: couldn't chdir to `{job.cwd}': No such file or directory: "
+                f"slurmstepd-{NODE_NAME}: error: couldn't chdir to `{job.cwd}': No such file or directory: "
                 "going to /tmp instead\n".encode(),
             )
         # honour the shebang (the kernel does it when we exec the file); no shebang -> bash

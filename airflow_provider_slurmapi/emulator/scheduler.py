@@ -30,12 +30,43 @@ from airflow_provider_slurmapi.emulator.runner import ProcessRunner, RunOutcome
 
 log = logging.getLogger(__name__)
 
-# how a refusal names what an action does
+# the defaults of the Scheduler, the BuiltinBackend and the EmulatorConfig
+MIN_JOB_AGE = 30.0  # seconds a finished job stays in the live queue (Slurm's MinJobAge)
+SECONDS_PER_MINUTE = 60.0  # how long one minute of time_limit lasts
+KILL_WAIT = 3.0  # seconds between SIGTERM and SIGKILL (Slurm's KillWait)
+REQUEUE_DELAY = 120.0  # seconds a requeued job pends before it runs again (real Slurm: ~121 s)
+
+# the actions only a running job allows, and how a refusal names what they do
 _DONE = {"requeue": "requeued", "requeuehold": "requeued", "preempt": "preempted", "node_fail": "failed by its node"}
 
 
 def _state_text(job: Job) -> str:
     return f"{job.state.value}+COMPLETING" if job.completing else job.state.value
+
+
+def _refusal(job: Job, action: str) -> str | None:
+    """Why the job's state does not allow ``action``, or None if it does."""
+    if action in _DONE and not (job.state is State.RUNNING and not job.completing):
+        return f"only a RUNNING job can be {_DONE[action]}"
+    if action in ("requeue", "requeuehold") and not job.requeue:
+        return "it was submitted with requeue: false"
+    if action == "hold" and job.state is not State.PENDING:
+        return "only a PENDING job can be held"
+    if action == "release" and (job.state is not State.PENDING or not job.hold):
+        return "only a held PENDING job can be released"
+    return None
+
+
+def _hold(job: Job) -> None:
+    """scontrol hold, by an admin (root)."""
+    job.hold, job.hold_reason = True, "JobHeldAdmin"
+    job.state_reason, job.state_description = "JobHeldAdmin", ""
+
+
+def _release(job: Job) -> None:
+    job.hold, job.state_reason, job.state_description = False, "None", ""
+    job.db_reason = job.hold_reason  # accounting keeps the reason the job was held for
+    job.queued_at, job.repass = time.monotonic(), True  # reason None until the next scheduler pass
 
 
 class Scheduler:
@@ -45,11 +76,11 @@ class Scheduler:
         self,
         runner: ProcessRunner,
         *,
-        min_job_age: float = 30.0,
-        seconds_per_minute: float = 60.0,
-        kill_wait: float = 3.0,
+        min_job_age: float = MIN_JOB_AGE,
+        seconds_per_minute: float = SECONDS_PER_MINUTE,
+        kill_wait: float = KILL_WAIT,
         sched_delay: float = 0.0,
-        requeue_delay: float = 120.0,
+        requeue_delay: float = REQUEUE_DELAY,
     ) -> None:
         self.runner = runner
         self.requeue_delay = requeue_delay
@@ -85,8 +116,6 @@ class Scheduler:
             task.cancel()
         # wait for the cancellations, so no task is left pending when the loop stops
         await asyncio.gather(*pending, return_exceptions=True)
-
-    # --- what the routes ask for ----------------------------------------------------------------
 
     def submit(self, job: Job) -> None:
         """Queue ``job``, made with ``next_job_id`` as its id."""
@@ -125,44 +154,36 @@ class Scheduler:
         job pends with reason BeginTime until ``requeue_delay`` has passed, then runs its script
         again from the start. Raises ``ControlError`` (409) for an action its state does not allow.
         """
-        state = _state_text(job)
-
-        def refuse(why: str) -> ControlError:
-            return ControlError(409, f"cannot {action} job {name}: it is {state}; {why}")
-
-        running = job.state is State.RUNNING and not job.completing
-        if action in ("requeue", "requeuehold", "preempt", "node_fail") and not running:
-            raise refuse(f"only a RUNNING job can be {_DONE[action]}")
+        why = _refusal(job, action)
+        if why is not None:
+            raise ControlError(409, f"cannot {action} job {name}: it is {_state_text(job)}; {why}")
         if action == "requeue" or action == "requeuehold":
-            if not job.requeue:
-                raise refuse("it was submitted with requeue: false")
             self._requeue(job, State.REQUEUED, completing=True, hold=action == "requeuehold")
         elif action == "preempt":
-            if job.requeue:
-                self._requeue(job, State.PREEMPTED)
-            else:  # like a cancel, ending PREEMPTED (not captured from a real Slurm)
-                self._stop(job, State.PREEMPTED, signal.SIGTERM, "")
+            self._preempt(job)
         elif action == "node_fail":
-            job.skip_tres = True
-            if job.requeue:
-                # real slurmctld: PENDING reason None until its next pass, no COMPLETING
-                self._requeue(job, State.NODE_FAIL, new_pass=True)
-            else:
-                self._node_failed(job)
+            self._node_down(job)
         elif action == "hold":
-            if job.state is not State.PENDING:
-                raise refuse("only a PENDING job can be held")
-            job.hold, job.hold_reason = True, "JobHeldAdmin"  # scontrol hold by an admin (root)
-            job.state_reason, job.state_description = "JobHeldAdmin", ""
+            _hold(job)
         elif action == "release":
-            if job.state is not State.PENDING or not job.hold:
-                raise refuse("only a held PENDING job can be released")
-            job.hold, job.state_reason, job.state_description = False, "None", ""
-            job.db_reason = job.hold_reason  # accounting keeps the reason the job was held for
-            job.queued_at, job.repass = time.monotonic(), True  # reason None until the next scheduler pass
+            _release(job)
         log.info("job %s: %s -> %s", name, action, _state_text(job))
         self._touch(job)
         self._poke()
+
+    def _preempt(self, job: Job) -> None:
+        if job.requeue:
+            self._requeue(job, State.PREEMPTED)
+        else:  # like a cancel, ending PREEMPTED (not captured from a real Slurm)
+            self._stop(job, State.PREEMPTED, signal.SIGTERM, "")
+
+    def _node_down(self, job: Job) -> None:
+        job.skip_tres = True
+        if job.requeue:
+            # real slurmctld: PENDING reason None until its next pass, no COMPLETING
+            self._requeue(job, State.NODE_FAIL, new_pass=True)
+        else:
+            self._node_failed(job)
 
     def _requeue(
         self, job: Job, end: State, *, completing: bool = False, hold: bool = False, new_pass: bool = False
@@ -212,23 +233,6 @@ class Scheduler:
             self._kill_timers[job.job_id] = loop.call_later(
                 self.kill_wait, self.runner.send_signal, job, signal.SIGKILL
             )
-
-    # --- bookkeeping ----------------------------------------------------------------------------
-
-    def _touch(self, job: Job) -> None:
-        job.last_change = epoch_seconds()
-        self.last_change = max(self.last_change, job.last_change)
-
-    def _next_seq(self) -> int:
-        self.seq += 1
-        return self.seq
-
-    def _add(self, job: Job) -> None:
-        job.list_seq = job.array_seq = self._next_seq()
-        self.jobs[job.job_id] = job
-        self._touch(job)
-
-    # --- scheduling ----------------------------------------------------------------------------
 
     def _poke(self) -> None:
         if self._wake is not None:
@@ -383,3 +387,16 @@ class Scheduler:
         job.completing = True
         self._touch(job)
         self._kill(job, sig)
+
+    def _touch(self, job: Job) -> None:
+        job.last_change = epoch_seconds()
+        self.last_change = max(self.last_change, job.last_change)
+
+    def _next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def _add(self, job: Job) -> None:
+        job.list_seq = job.array_seq = self._next_seq()
+        self.jobs[job.job_id] = job
+        self._touch(job)

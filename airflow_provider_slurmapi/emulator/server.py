@@ -23,20 +23,22 @@ from urllib.parse import parse_qs
 from aiohttp import web
 
 from airflow_provider_slurmapi.emulator import auth
-from airflow_provider_slurmapi.emulator.backend_api import BackendUnavailable, ControlError, SlurmBackend, SlurmRequest
+from airflow_provider_slurmapi.emulator.backend_api import (
+    BODY_METHODS,
+    HTTP_METHODS,
+    BackendUnavailable,
+    ControlError,
+    SlurmBackend,
+    SlurmRequest,
+)
 from airflow_provider_slurmapi.emulator.faults import FAULT_HEADER, FaultInjector
 from airflow_provider_slurmapi.emulator.request_log import RequestLog
 
 log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 1024 * 1024  # "the whole request must be under 1 MB"
-SLURM_METHODS = {
-    "HTTP_METHOD_GET": "GET",
-    "HTTP_METHOD_POST": "POST",
-    "HTTP_METHOD_PUT": "PUT",
-    "HTTP_METHOD_DELETE": "DELETE",
-    "HTTP_METHOD_PATCH": "PATCH",
-}
+# the API's names for the HTTP methods, e.g. HTTP_METHOD_GET
+SLURM_METHODS = {f"HTTP_METHOD_{method}": method for method in HTTP_METHODS}
 _CALL_PATH = re.compile(
     r"^/v1beta1/projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)"
     r"/modelDevelopmentClusters/(?P<cluster>[^/:]+):callSlurmRestApi$"
@@ -120,31 +122,55 @@ def _principal(request: web.Request, state: ServerState) -> str | None:
     return state.tokens.principal_for(token.strip())
 
 
+class _Refused(Exception):
+    """A call Google's front end refuses before it reaches the cluster: ``response`` is its reply."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.response = google_error(code, message)
+
+
 async def call_slurm_rest_api(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
+    try:
+        principal, backend, resource = _caller_and_cluster(request, state)
+        # the body is read only once the caller may call this cluster
+        payload = _payload(await request.read())
+        slurm_request = _slurm_request(payload, principal, backend, state.query_strings)
+    except _Refused as refused:
+        return refused.response
+    return await _answer_with_faults(request, state, backend, slurm_request, resource)
+
+
+def _caller_and_cluster(request: web.Request, state: ServerState) -> tuple[str, SlurmBackend, str]:
+    """The caller's principal, the backend of the cluster it calls, and the cluster's resource name."""
     match = _CALL_PATH.match(request.path)
     if match is None:
-        return google_error(404, f"The requested URL {request.path} was not found on this server.")
+        raise _Refused(404, f"The requested URL {request.path} was not found on this server.")
     if request.method != "POST":
-        return google_error(405, f"Method {request.method} is not allowed; callSlurmRestApi takes POST.")
+        raise _Refused(405, f"Method {request.method} is not allowed; callSlurmRestApi takes POST.")
     principal = _principal(request, state)
     if principal is None:
-        return google_error(401, UNAUTHENTICATED_MESSAGE)
+        raise _Refused(401, UNAUTHENTICATED_MESSAGE)
     key: ClusterKey = (match["project"], match["region"], match["cluster"])
     resource = f"projects/{key[0]}/locations/{key[1]}/modelDevelopmentClusters/{key[2]}"
     backend = state.backends.get(key)
     if backend is None:
-        return google_error(404, f"ModelDevelopmentCluster {resource} not found.")
+        raise _Refused(404, f"ModelDevelopmentCluster {resource} not found.")
     if principal in state.denied_principals:
-        return google_error(
+        raise _Refused(
             403,
             "Permission 'aiplatform.googleapis.com/modelDevelopmentClusters.run' "
             f"denied on resource '//aiplatform.googleapis.com/{resource}' "
             "(or it may not exist).",
         )
-    raw = await request.read()
+    return principal, backend, resource
+
+
+def _payload(raw: bytes) -> dict[str, Any]:
+    """The request body: a JSON object under the size limit."""
     if len(raw) >= MAX_REQUEST_BYTES:
-        return google_error(
+        raise _Refused(
             400,
             f"Request size {len(raw)} bytes exceeds the limit: the request must be "
             f"under {MAX_REQUEST_BYTES} bytes (1 MB).",
@@ -152,34 +178,36 @@ async def call_slurm_rest_api(request: web.Request) -> web.Response:
     try:
         payload = json.loads(raw or b"{}")
     except ValueError:
-        return google_error(400, "Invalid JSON payload received.")
+        raise _Refused(400, "Invalid JSON payload received.") from None
     if not isinstance(payload, dict):
-        return google_error(400, "Invalid JSON payload received: expected an object.")
+        raise _Refused(400, "Invalid JSON payload received: expected an object.")
+    return payload
+
+
+def _slurm_request(payload: dict[str, Any], principal: str, backend: SlurmBackend, query_strings: bool) -> SlurmRequest:
+    """The Slurm REST call the payload asks for: its method, a path the backend knows, its body."""
     method = payload.get("method")
     if method not in SLURM_METHODS:
-        return google_error(
-            400, f"Invalid value for method: {method!r}; expected one of " + ", ".join(SLURM_METHODS) + "."
-        )
+        raise _Refused(400, f"Invalid value for method: {method!r}; expected one of " + ", ".join(SLURM_METHODS) + ".")
     full_path = payload.get("path")
     if not isinstance(full_path, str):
-        return google_error(400, "path is required and must be a string.")
+        raise _Refused(400, "path is required and must be a string.")
     path, _, raw_query = full_path.partition("?")
-    if raw_query and not state.query_strings:
-        return google_error(400, f"Invalid value at 'path': a query string is not allowed: {full_path!r}.")
+    if raw_query and not query_strings:
+        raise _Refused(400, f"Invalid value at 'path': a query string is not allowed: {full_path!r}.")
     if not path.startswith(("/slurm/", "/slurmdb/")) or not backend.is_known_path(path):
-        return google_error(400, f"path {full_path!r} is not a valid Slurm REST path.")
+        raise _Refused(400, f"path {full_path!r} is not a valid Slurm REST path.")
     body = payload.get("body")
     if body is not None and not isinstance(body, dict):
-        return google_error(400, "body must be a JSON object.")
-    slurm_request = SlurmRequest(
+        raise _Refused(400, "body must be a JSON object.")
+    return SlurmRequest(
         method=SLURM_METHODS[method],
         path=path,
         query=parse_qs(raw_query, keep_blank_values=True),
         raw_query=raw_query,
-        body=body if SLURM_METHODS[method] in ("POST", "PUT", "PATCH") else None,
+        body=body if SLURM_METHODS[method] in BODY_METHODS else None,
         principal=principal,
     )
-    return await _answer_with_faults(request, state, backend, slurm_request, resource)
 
 
 async def _answer_with_faults(

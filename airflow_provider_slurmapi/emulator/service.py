@@ -21,12 +21,14 @@ from airflow_provider_slurmapi.emulator.builtin import BuiltinBackend
 from airflow_provider_slurmapi.emulator.faults import FaultInjector, FaultPlan, ScriptedFault
 from airflow_provider_slurmapi.emulator.output_mount import MountingBackend, OutputMount
 from airflow_provider_slurmapi.emulator.request_log import RequestLog
+from airflow_provider_slurmapi.emulator.scheduler import KILL_WAIT, MIN_JOB_AGE, REQUEUE_DELAY, SECONDS_PER_MINUTE
 from airflow_provider_slurmapi.emulator.server import ClusterKey, ServerState, make_app
 from airflow_provider_slurmapi.emulator.slurmrestd import SlurmrestdBackend
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("builtin", "slurmrestd")
+_SHUTDOWN_TIMEOUT = 30.0  # seconds stop() waits for the server, then for its thread
 
 
 @dataclass(frozen=True)
@@ -36,18 +38,18 @@ class EmulatorConfig:
     host: str = "127.0.0.1"
     port: int = 0  # 0 = pick a free port
     clusters: tuple[ClusterKey, ...] = (("test-project", "us-central1", "test-cluster"),)
-    min_job_age: float = 30.0  # seconds a finished job stays in the live /slurm queue
-    seconds_per_minute: float = 60.0  # how long one minute of time_limit lasts
+    min_job_age: float = MIN_JOB_AGE  # seconds a finished job stays in the live /slurm queue
+    seconds_per_minute: float = SECONDS_PER_MINUTE  # how long one minute of time_limit lasts
     token_lifetime: float = 3600  # seconds an issued access token is valid
     reply_shape: str = "structured"  # or "body" (reply as a JSON string)
     denied_principals: tuple[str, ...] = ()  # get PERMISSION_DENIED
     query_strings: bool = True  # False: refuse paths with "?..." (the API's docs do not say either way)
     key_file: str | Path | None = None  # created if missing, reused if present
     state_dir: str | Path | None = None  # job scripts and step records (temp dir if None)
-    kill_wait: float = 3.0  # seconds between SIGTERM and SIGKILL on cancel/timeout (Slurm KillWait)
+    kill_wait: float = KILL_WAIT  # seconds between SIGTERM and SIGKILL on cancel/timeout (Slurm KillWait)
     sched_delay: float = 1.0  # a new job stays PENDING this long, like Slurm's next scheduler pass
     # a requeued job pends this long (reason BeginTime) before it runs again: real Slurm ~121 s
-    requeue_delay: float = 120.0
+    requeue_delay: float = REQUEUE_DELAY
     virtual_jobs: bool = False  # run no processes: a job lasts $EMULATOR_RUNTIME s (for scale tests)
     backend: str = "builtin"  # or "slurmrestd": forward every call to a real slurmrestd
     slurmrestd_url: str | None = None  # e.g. http://slurm-head:6820 (slurmrestd backend only)
@@ -179,12 +181,14 @@ class Emulator:
         if self._runner is not None:
             future = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
             try:
-                future.result(timeout=30)
+                future.result(timeout=_SHUTDOWN_TIMEOUT)
             except concurrent.futures.TimeoutError:  # stop anyway: a stuck handler must not outlive us
                 pending = [task.get_coro() for task in asyncio.all_tasks(self._loop)]
-                log.warning("the emulator's shutdown did not finish in 30 s; still running: %s", pending)
+                log.warning(
+                    "the emulator's shutdown did not finish in %g s; still running: %s", _SHUTDOWN_TIMEOUT, pending
+                )
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=30)
+        self._thread.join(timeout=_SHUTDOWN_TIMEOUT)
         self._thread = None
         self._cleanup_dirs()
 

@@ -9,6 +9,7 @@ import aiohttp
 import yarl
 
 from airflow_provider_slurmapi.emulator.backend_api import (
+    BODY_METHODS,
     BackendUnavailable,
     ControlError,
     SlurmAnswer,
@@ -17,7 +18,6 @@ from airflow_provider_slurmapi.emulator.backend_api import (
     is_slurm_route,
 )
 
-_BODY_METHODS = ("POST", "PUT", "PATCH")
 # what a Slurm admin runs for each control action
 _SCONTROL = {
     "requeue": "scontrol requeue {job}",
@@ -60,7 +60,7 @@ class SlurmrestdBackend(SlurmBackend):
         assert self._session is not None, "start() opens the session"
         target = self.url + request.path + (f"?{request.raw_query}" if request.raw_query else "")
         headers = {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": self.token}
-        body = request.body if request.method in _BODY_METHODS else None
+        body = request.body if request.method in BODY_METHODS else None
         try:
             # encoded=True: the query reaches slurmrestd byte for byte, as the caller wrote it
             async with self._session.request(

@@ -11,7 +11,7 @@ import asyncio
 import time
 from dataclasses import replace
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import google.auth.transport.requests
 from airflow.providers.google.common.hooks.base_google import GoogleBaseAsyncHook, GoogleBaseHook
@@ -19,21 +19,35 @@ from asgiref.sync import sync_to_async
 from google.auth.transport.requests import AuthorizedSession
 
 from airflow_provider_slurmapi.client.aio import AsyncSlurmJobApiClient
+from airflow_provider_slurmapi.client.api import SyncOperations
 from airflow_provider_slurmapi.client.cluster import ClusterRef
-from airflow_provider_slurmapi.client.errors import InvalidArgumentError, JobNotFoundError, SlurmJobApiError
-from airflow_provider_slurmapi.client.jobs import JobStatus, latest_runs
+from airflow_provider_slurmapi.client.errors import InvalidArgumentError, SlurmJobApiError
+from airflow_provider_slurmapi.client.jobs import JobStatus, RecordSource
+from airflow_provider_slurmapi.client.operations import JobRecords
 from airflow_provider_slurmapi.client.output import OutputSettings, OutputTail, output_files
 from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION, validate_api_version
 from airflow_provider_slurmapi.client.retry import RetryPolicy
-from airflow_provider_slurmapi.client.submission import Submission
+from airflow_provider_slurmapi.client.steps import ApiSettings, Operation, T
 from airflow_provider_slurmapi.client.sync import SlurmJobApiClient
 from airflow_provider_slurmapi.client.usage import JobUsage
 from airflow_provider_slurmapi.client.wait_policy import LOST_JOB_GRACE, JobWaitPolicy
+from airflow_provider_slurmapi.client.waiting import follow, run_wait
 from airflow_provider_slurmapi.get_provider_info import CONN_TYPE, DEFAULT_CONN_ID
 
+if TYPE_CHECKING:
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
-class SlurmJobApiHook(GoogleBaseHook):
+
+def _sleep(seconds: float) -> bool:
+    time.sleep(seconds)
+    return True
+
+
+class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
     """Submit, read and cancel Slurm jobs on a Vertex AI training cluster through ``callSlurmRestApi``.
+
+    The hook has every operation of :class:`~airflow_provider_slurmapi.client.api.SlurmJobApiOperations`
+    (``submit_once``, ``get_job``, ``find_job``, ``cancel_job``, ``call``...), run through its client.
 
     :param slurm_conn_id: connection of type ``slurm_job_api`` (or ``google_cloud_platform``).
     :param project_id: overrides the connection's project.
@@ -102,24 +116,12 @@ class SlurmJobApiHook(GoogleBaseHook):
     def client(self) -> SlurmJobApiClient:
         return self.get_client()
 
-    def submit_job(self, job: dict[str, Any], script: str, *, key: str | None = None) -> str:
-        """Submit a batch job and return its ID; with a ``key``, a lost reply is reconciled through it."""
-        return self.client.submit_job(job, script, key=key)
+    @property
+    def settings(self) -> ApiSettings:
+        return self.client.settings
 
-    def submit_once(self, job: dict[str, Any], script: str, key: str, **options: Any) -> Submission:
-        """Reattach to the job of ``key`` if active, adopt it if completed and allowed, else submit.
-
-        ``options``: ``known_job_id``, ``adopt_completed``, ``earlier_tries`` (see the client).
-        """
-        return self.client.submit_once(job, script, key, **options)
-
-    def find_job_by_key(self, key: str, name: str | None = None) -> JobStatus | None:
-        """The newest job carrying ``key`` in its comment, from the live queue or accounting."""
-        return self.client.find_job_by_key(key, name)
-
-    def get_job(self, job_id: str | int) -> JobStatus:
-        """The job's status from the live queue, or from accounting once it left the queue."""
-        return self.client.get_job(job_id)
+    def _run(self, operation: Operation[T]) -> T:
+        return self.client._run(operation)
 
     def wait_for_job(
         self,
@@ -136,71 +138,32 @@ class SlurmJobApiHook(GoogleBaseHook):
         before ``UnknownJobStateError``. A requeued job is waited for until its last run ends; each
         requeue is logged once, a hold when first seen and then every 10 minutes.
         """
-        policy = JobWaitPolicy(
-            str(job_id), lost_grace=lost_grace, deadline=None if timeout is None else time.time() + timeout
+        deadline = None if timeout is None else time.time() + timeout
+        policy = JobWaitPolicy(str(job_id), lost_grace=lost_grace, deadline=deadline)
+        final = run_wait(
+            follow(policy, poll_interval, self.log, timeout=timeout),
+            read=lambda: self.find_job(job_id),
+            describe_requeue=self.describe_requeue,
+            sleep=_sleep,
         )
-        while True:
-            verdict = policy.judge(self.find_job(job_id), time.time())
-            if verdict.status is None:
-                self.log.warning("%s", verdict.warning(str(job_id)))
-            elif verdict.requeued:  # told even when first noticed at the end
-                self.log.warning("%s", self.client.describe_requeue(verdict.status))
-            if verdict.finished and verdict.status is not None:
-                return verdict.status
-            if progress := verdict.progress():
-                self.log.log(progress[0], "%s", progress[1])
-            pause = policy.pause(poll_interval, time.time())
-            if pause is None:
-                shown = verdict.status.describe() if verdict.status else "not found"
-                raise TimeoutError(f"Slurm job {job_id} did not finish within {timeout} s: {shown}")
-            time.sleep(pause)
+        if final is None:  # _sleep always goes on
+            raise RuntimeError(f"the wait for Slurm job {job_id} ended without a status")
+        return final
 
-    def find_job(self, job_id: str | int) -> JobStatus | None:
-        """Like ``get_job``, but None for a job found in neither the live queue nor accounting."""
-        try:
-            return self.get_job(job_id)
-        except JobNotFoundError:
-            return None
-
-    def list_jobs(self) -> list[JobStatus]:
-        return self.client.list_jobs()
-
-    def cancel_job(self, job_id: str | int, signal: str | int | None = None) -> bool:
-        """Cancel (or signal) a job. True if it was active; False if it had already finished."""
-        return self.client.cancel_job(job_id, signal)
-
-    def job_records(self, job_id: str | int) -> tuple[str, list[dict[str, Any]]]:
-        """The job's raw records (one per array task): ``("slurmdb", records)`` from accounting, or
-        ``("slurm", records)`` from the live queue where accounting has none or cannot be read."""
-        job_id = str(job_id)
-        try:
-            records = self.call("GET", self.client.paths.accounting_job(job_id)).get("jobs") or []
-            if records:
-                return "slurmdb", latest_runs(records)  # a requeued job's final run
-        except SlurmJobApiError as error:
-            self.log.info("Accounting cannot tell about Slurm job %s: %s", job_id, error)
-        try:
-            return "slurm", self.call("GET", self.client.paths.job(job_id)).get("jobs") or []
-        except SlurmJobApiError as error:
-            self.log.info("The live queue cannot tell about Slurm job %s: %s", job_id, error)
-            return "slurm", []
-
-    def get_job_usage(
-        self, job_id: str | int, records: tuple[str, list[dict[str, Any]]] | None = None
-    ) -> JobUsage | None:
+    def get_job_usage(self, job_id: str | int, records: JobRecords | None = None) -> JobUsage | None:
         """Elapsed time, allocated TRES and GPU-hours from accounting; None without accounting.
 
         ``records``: what ``job_records`` already gave for this job, so it is not read again.
         """
         source, records_read = records or self.job_records(job_id)
-        if source != "slurmdb":
+        if source != RecordSource.ACCOUNTING:
             self.log.info("No accounting record of Slurm job %s: its usage is unknown", job_id)
             return None
         return JobUsage.from_accounting(str(job_id), records_read)
 
-    def output_settings(self, **overrides: Any) -> OutputSettings:
-        """The connection's ``output_uri`` and ``output_cluster_path``, then ``overrides`` (``uri``,
-        ``cluster_path``, ``tail_lines``, ``tail_bytes``, ``wait``) where not None; validated."""
+    def resolve_output_settings(self, **overrides: Any) -> OutputSettings:
+        """The connection's ``output_uri`` and ``output_cluster_path``, then ``overrides`` (any
+        ``OutputSettings`` field: ``uri``, ``cluster_path``, ``tail_lines``...) where not None; validated."""
         connection = OutputSettings(
             uri=self._get_field("output_uri") or None, cluster_path=self._get_field("output_cluster_path") or None
         )
@@ -210,23 +173,23 @@ class SlurmJobApiHook(GoogleBaseHook):
         self,
         job_id: str | int,
         settings: OutputSettings | None = None,
-        records: tuple[str, list[dict[str, Any]]] | None = None,
+        records: JobRecords | None = None,
         **overrides: Any,
     ) -> list[OutputTail]:
         """The last lines of the job's stdout and stderr (the failed array tasks' first).
 
-        ``settings`` default to the connection's (see ``output_settings``, which ``overrides``
+        ``settings`` default to the connection's (see ``resolve_output_settings``, which ``overrides``
         feed); ``records`` is what ``job_records`` already gave. A file Airflow cannot read, a
         missing object or a refused read becomes the tail's ``problem``; this never raises for them.
         """
         from airflow_provider_slurmapi.hooks.output_reader import OutputReader
 
-        settings = settings or self.output_settings(**overrides)
+        settings = settings or self.resolve_output_settings(**overrides)
         source, records_read = records or self.job_records(job_id)
         reader = OutputReader(settings, gcs_hook=self._gcs_hook, principal=self._principal)
         return reader.tails(output_files(records_read, source=source))
 
-    def _gcs_hook(self) -> Any:
+    def _gcs_hook(self) -> GCSHook:
         from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
         return GCSHook(gcp_conn_id=self.slurm_conn_id, impersonation_chain=self.impersonation_chain)
@@ -237,10 +200,6 @@ class SlurmJobApiHook(GoogleBaseHook):
             return chain if isinstance(chain, str) else chain[-1]
         email = getattr(self.get_credentials(), "service_account_email", None)
         return email if isinstance(email, str) and "@" in email else "the connection's principal"
-
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Any other Slurm REST call, e.g. ``call("GET", "/slurm/v0.0.42/nodes")``."""
-        return self.client.call(method, path, body)
 
     def test_connection(self) -> tuple[bool, str]:
         """Ping the cluster through the API (the connection form's Test button)."""

@@ -7,29 +7,17 @@ their HTTP and Google libraries are imported only when a task runs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.common.compat.sdk import AirflowException, BaseOperator, conf
+from airflow.providers.common.compat.sdk import AirflowException, conf
 
 from airflow_provider_slurmapi.client.jobs import JobStatus
-from airflow_provider_slurmapi.client.output import (
-    DEFAULT_OUTPUT_WAIT,
-    DEFAULT_TAIL_BYTES,
-    DEFAULT_TAIL_LINES,
-    OutputSettings,
-    expand_pattern,
-)
+from airflow_provider_slurmapi.client.output import OutputSettings, expand_pattern
 from airflow_provider_slurmapi.client.submission import Outcome, submission_key
-from airflow_provider_slurmapi.client.wait_policy import LOST_JOB_GRACE
-from airflow_provider_slurmapi.get_provider_info import DEFAULT_CONN_ID
-from airflow_provider_slurmapi.links import SlurmJobOutputLink
-from airflow_provider_slurmapi.slurm_task import (
-    CONNECTION_TEMPLATE_FIELDS,
-    SlurmTaskMixin,
-    check_positive,
-    resumed_by_an_earlier_try,
-    status_from_event,
-)
+from airflow_provider_slurmapi.operators.base import CONNECTION_TEMPLATE_FIELDS, SlurmBaseOperator
+from airflow_provider_slurmapi.operators.waiting import SlurmWaitingOperator, check_seconds
+from airflow_provider_slurmapi.triggers.events import status_from_event
 from airflow_provider_slurmapi.version_compat import mask_secret
 
 if TYPE_CHECKING:
@@ -38,8 +26,13 @@ if TYPE_CHECKING:
 # Where Airflow 3.3+'s task state store keeps the job ID for the next try (XCom is cleared).
 STATE_STORE_KEY = "slurm_job_id"
 
-# When a finished, successful job of an earlier try may stand for this try's job.
-REUSE_COMPLETED_JOB = ("on_retry", "always", "never")
+
+class ReuseCompletedJob(StrEnum):
+    """When a finished, successful job of an earlier try may stand for this try's job."""
+
+    ON_RETRY = "on_retry"  # when the try is an automatic retry, not a user's clear
+    ALWAYS = "always"
+    NEVER = "never"
 
 
 def is_automatic_retry(ti: Any, retries: int | None) -> bool:
@@ -49,6 +42,10 @@ def is_automatic_retry(ti: Any, retries: int | None) -> bool:
     every round is ``max_tries - retries + 1`` (the rule Airflow itself uses for reschedules).
     """
     return ti.try_number > ti.max_tries - (retries or 0) + 1
+
+
+def _text(value: object) -> str | None:
+    return str(value) if value not in (None, "") else None
 
 
 def mask_environment(job: dict[str, Any]) -> None:
@@ -88,7 +85,7 @@ def with_output_paths(job: dict[str, Any], settings: OutputSettings, ti: Any, lo
     return job
 
 
-class SlurmSubmitJobOperator(SlurmTaskMixin, BaseOperator):
+class SlurmSubmitJobOperator(SlurmWaitingOperator):
     """Submit a Slurm batch job through the Slurm Job API and, by default, wait for it to finish.
 
     The task's return value (XCom ``return_value``) is the job ID; it also pushes ``job_state`` and
@@ -100,99 +97,54 @@ class SlurmSubmitJobOperator(SlurmTaskMixin, BaseOperator):
         standard ``PATH``; missing ``current_working_directory`` defaults to ``/tmp``.
     :param script: the batch script's text, or a ``.sh``/``.sbatch``/``.bash`` file next to the DAG,
         rendered with Jinja. Templated.
-    :param slurm_conn_id: connection of type ``slurm_job_api``.
-    :param project_id: overrides the connection's project. Templated.
-    :param region: overrides the connection's region. Templated.
-    :param cluster_id: overrides the connection's cluster. Templated.
-    :param api_version: overrides the connection's Slurm REST version. Templated.
-    :param impersonation_chain: service account(s) to impersonate. Templated.
     :param wait_for_completion: wait until the job finishes (default) or return right after submit.
-    :param deferrable: wait in the triggerer instead of a worker slot; default from
-        ``[operators] default_deferrable``.
     :param poll_interval: seconds between status reads.
     :param timeout: seconds to wait for the job; then the task fails (and the job is cancelled,
         unless ``cancel_on_kill=False``).
     :param cancel_on_kill: cancel the job when the task is killed or times out (default True).
-    :param shared_polling: while deferred, read the job's state through the poller the triggerer
-        shares among all jobs of the cluster (default); False polls this job by itself.
-    :param lost_grace: seconds the job may be missing from both the live queue and accounting
-        (which can lag), or stay in a state this provider does not know, before the task fails.
     :param reuse_completed_job: what a new try does when the job of an earlier try of the same task
         run (found by the key in its comment) already COMPLETED with exit code 0: ``"on_retry"``
         (default) takes it as this try's job when the try is an automatic retry, and runs the job
         again when a user cleared the task; ``"always"`` always takes it; ``"never"`` always runs
         the job again. A job still pending or running is always reattached, never submitted twice;
         a failed or cancelled one is always submitted anew.
-    :param output_uri: where Airflow reads job output, ``gs://bucket/prefix`` or ``file:///path``;
-        overrides the connection's. See "Job output and usage".
-    :param output_cluster_path: the absolute path where the cluster's nodes see ``output_uri``;
-        overrides the connection's. With both set and no ``standard_output`` / ``standard_error``
-        in ``job``, each try writes its output under
-        ``{output_cluster_path}/{dag}/{run}/{task}[/map-{index}]/try-{n}/{job ID}.out`` / ``.err``.
-    :param output_tail_lines: last lines of stdout and of stderr shown in the task log (1-10000).
-    :param output_tail_bytes: at most this many bytes read from the end of each file (1 KiB-16 MiB).
-    :param output_wait: seconds to wait for the output to appear after the job ends (0-600).
+
+    The connection and cluster arguments (``slurm_conn_id``, ``project_id``...) are those of
+    :class:`~airflow_provider_slurmapi.operators.base.SlurmBaseOperator`; ``deferrable``,
+    ``shared_polling``, ``lost_grace`` and the output arguments (``output_uri``...) those of
+    :class:`~airflow_provider_slurmapi.operators.waiting.SlurmWaitingOperator`. With
+    ``output_uri`` and ``output_cluster_path`` set and no ``standard_output`` / ``standard_error``
+    in ``job``, each try writes its output under
+    ``{output_cluster_path}/{dag}/{run}/{task}[/map-{index}]/try-{n}/{job ID}.out`` / ``.err``.
     """
 
     template_fields: Sequence[str] = ("job", "script", *CONNECTION_TEMPLATE_FIELDS)
     template_ext: Sequence[str] = (".sh", ".sbatch", ".bash")
     template_fields_renderers = {"job": "json", "script": "bash"}
     ui_color = "#c7e3f4"
-    operator_extra_links = (SlurmJobOutputLink(),)
 
     def __init__(
         self,
         *,
         job: dict[str, Any],
         script: str,
-        slurm_conn_id: str = DEFAULT_CONN_ID,
-        project_id: str | None = None,
-        region: str | None = None,
-        cluster_id: str | None = None,
-        api_version: str | None = None,
-        impersonation_chain: str | Sequence[str] | None = None,
-        retry_attempts: int | None = None,
-        retry_max_seconds: float | None = None,
         wait_for_completion: bool = True,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 30.0,
         timeout: float | None = None,
         cancel_on_kill: bool = True,
-        reuse_completed_job: str = "on_retry",
-        shared_polling: bool = True,
-        lost_grace: float = LOST_JOB_GRACE,
-        output_uri: str | None = None,
-        output_cluster_path: str | None = None,
-        output_tail_lines: int = DEFAULT_TAIL_LINES,
-        output_tail_bytes: int = DEFAULT_TAIL_BYTES,
-        output_wait: float = DEFAULT_OUTPUT_WAIT,
+        reuse_completed_job: str = ReuseCompletedJob.ON_RETRY,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.set_output_arguments(output_uri, output_cluster_path, output_tail_lines, output_tail_bytes, output_wait)
-        if reuse_completed_job not in REUSE_COMPLETED_JOB:
-            allowed = ", ".join(repr(v) for v in REUSE_COMPLETED_JOB)
+        if reuse_completed_job not in tuple(ReuseCompletedJob):
+            allowed = ", ".join(repr(v.value) for v in ReuseCompletedJob)
             raise ValueError(f"reuse_completed_job must be one of {allowed}, got {reuse_completed_job!r}")
-        check_positive("poll_interval", poll_interval)
-        check_positive("timeout", timeout, optional=True)
-        check_positive("lost_grace", lost_grace)
-        self.reuse_completed_job = reuse_completed_job
-        self.shared_polling = shared_polling
-        self.lost_grace = lost_grace
+        check_seconds("poll_interval", poll_interval)
+        check_seconds("timeout", timeout, optional=True)
+        self.reuse_completed_job = ReuseCompletedJob(reuse_completed_job)
         self.job = job
         self.script = script
-        self.set_connection_arguments(
-            slurm_conn_id,
-            project_id,
-            region,
-            cluster_id,
-            api_version,
-            impersonation_chain,
-            retry_attempts,
-            retry_max_seconds,
-        )
         self.wait_for_completion = wait_for_completion
-        self.deferrable = deferrable
         self.poll_interval = poll_interval
         self.timeout = timeout
         self.cancel_on_kill = cancel_on_kill
@@ -212,7 +164,7 @@ class SlurmSubmitJobOperator(SlurmTaskMixin, BaseOperator):
             job,
             self.script,
             key,
-            known_job_id=store.get(STATE_STORE_KEY) if store is not None else None,
+            known_job_id=_text(store.get(STATE_STORE_KEY)) if store is not None else None,
             adopt_completed=self._may_adopt_completed_job(ti),
             earlier_tries=ti.try_number > 1,  # every attempt has a try number of its own
         )
@@ -254,14 +206,14 @@ class SlurmSubmitJobOperator(SlurmTaskMixin, BaseOperator):
         return self._finish(context, status)
 
     def _may_adopt_completed_job(self, ti: Any) -> bool:
-        if self.reuse_completed_job == "on_retry":
+        if self.reuse_completed_job is ReuseCompletedJob.ON_RETRY:
             return is_automatic_retry(ti, self.retries)
-        return self.reuse_completed_job == "always"
+        return self.reuse_completed_job is ReuseCompletedJob.ALWAYS
 
     def execute_complete(
         self, context: Context, event: dict[str, Any] | None = None, deferred_in_try: int | None = None
     ) -> str:
-        if resumed_by_an_earlier_try(context, deferred_in_try, self.log):
+        if self.resumed_by_an_earlier_try(context, deferred_in_try):
             return self.execute(context)
         return self._finish(context, status_from_event(event))
 
@@ -270,10 +222,7 @@ class SlurmSubmitJobOperator(SlurmTaskMixin, BaseOperator):
         ti.xcom_push(key="job_state", value=status.state)
         exit_code = status.effective_exit_code
         ti.xcom_push(key="exit_code", value=exit_code.return_code if exit_code else None)
-        output = self.report_job_end(context, status)
-        if not status.is_success:
-            raise AirflowException(f"{status.describe()}{output}")
-        self.log.info("%s", status.describe())
+        self.finish_job(context, status)
         return status.job_id
 
     def _cancel_after_timeout(self) -> None:
@@ -286,20 +235,8 @@ class SlurmSubmitJobOperator(SlurmTaskMixin, BaseOperator):
             self.log.info("Task killed: cancelling Slurm job %s", self.job_id)
             self.hook.cancel_job(self.job_id)
 
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:  # an OperatorLineage
-        """The ``slurmJob`` run facet: cluster, job ID, final state, exit code and usage."""
-        from airflow_provider_slurmapi.lineage import task_lineage
 
-        return task_lineage(self, self.job_id)
-
-    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:  # an OperatorLineage
-        """As on complete; a task that failed before its job ended names what it knew."""
-        from airflow_provider_slurmapi.lineage import task_lineage
-
-        return task_lineage(self, self.job_id)
-
-
-class SlurmCancelJobOperator(SlurmTaskMixin, BaseOperator):
+class SlurmCancelJobOperator(SlurmBaseOperator):
     """Cancel a Slurm job (or send it a signal) and wait until it has stopped.
 
     A job that already finished counts as cancelled. Returns the job's final state.
@@ -310,6 +247,9 @@ class SlurmCancelJobOperator(SlurmTaskMixin, BaseOperator):
     :param wait_for_completion: wait until the job reads CANCELLED or another finished state.
     :param poll_interval: seconds between status reads while waiting.
     :param timeout: seconds to wait for the job to stop.
+
+    The connection and cluster arguments are those of
+    :class:`~airflow_provider_slurmapi.operators.base.SlurmBaseOperator`.
     """
 
     template_fields: Sequence[str] = ("job_id", "signal", *CONNECTION_TEMPLATE_FIELDS)
@@ -320,14 +260,6 @@ class SlurmCancelJobOperator(SlurmTaskMixin, BaseOperator):
         *,
         job_id: str | int,
         signal: str | None = None,
-        slurm_conn_id: str = DEFAULT_CONN_ID,
-        project_id: str | None = None,
-        region: str | None = None,
-        cluster_id: str | None = None,
-        api_version: str | None = None,
-        impersonation_chain: str | Sequence[str] | None = None,
-        retry_attempts: int | None = None,
-        retry_max_seconds: float | None = None,
         wait_for_completion: bool = True,
         poll_interval: float = 5.0,
         timeout: float | None = 600.0,
@@ -336,16 +268,6 @@ class SlurmCancelJobOperator(SlurmTaskMixin, BaseOperator):
         super().__init__(**kwargs)
         self.job_id = job_id
         self.signal = signal
-        self.set_connection_arguments(
-            slurm_conn_id,
-            project_id,
-            region,
-            cluster_id,
-            api_version,
-            impersonation_chain,
-            retry_attempts,
-            retry_max_seconds,
-        )
         self.wait_for_completion = wait_for_completion
         self.poll_interval = poll_interval
         self.timeout = timeout

@@ -18,7 +18,9 @@ from airflow_provider_slurmapi.client.errors import (
 )
 from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.client.wait_policy import LOST_JOB_GRACE, JobWaitPolicy
-from airflow_provider_slurmapi.triggers.polling import JobReader, ReaderLease, SharedJobReader, open_client
+from airflow_provider_slurmapi.client.waiting import Read, RequeueLine, follow
+from airflow_provider_slurmapi.triggers.events import EventStatus, ended_event, finished_event
+from airflow_provider_slurmapi.triggers.polling import JobReader, SharedJobReader, WatchedJob, open_client
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS
 
 # Stopping triggers' checks and cancels still running, kept here so that they run to the end.
@@ -101,51 +103,55 @@ class SlurmJobTrigger(BaseTrigger):
         async with contextlib.AsyncExitStack() as stack:
             try:
                 reader = await stack.enter_async_context(
-                    ReaderLease(self.job_id, self.hook_kwargs, self.poll_interval, shared=self.shared_polling)
+                    WatchedJob(self.job_id, self.hook_kwargs, self.poll_interval, shared=self.shared_polling)
                 )
             except Exception as error:  # bad connection or credentials: the task must say why
-                return self._event("error", message=f"cannot reach the Slurm Job API: {error}")
+                return self._event(EventStatus.ERROR, message=f"cannot reach the Slurm Job API: {error}")
             return await self._poll_to_the_end(reader)
 
     async def _poll_to_the_end(self, reader: JobReader | SharedJobReader) -> TriggerEvent:
         policy = JobWaitPolicy(self.job_id, lost_grace=self.lost_grace, deadline=self.deadline)
+        wait = follow(policy, self.poll_interval, self.log)
+        answer: JobStatus | str | None = None
+        try:
+            while True:
+                step = wait.send(answer)
+                if isinstance(step, Read):
+                    answer = await self._read(reader, policy)
+                elif isinstance(step, RequeueLine):
+                    answer = await reader.client.describe_requeue(step.status)
+                else:
+                    answer = None  # the reader itself waits for the next interval
+        except StopIteration as done:
+            status: JobStatus = done.value
+            self.log.info("%s", status.describe())
+            return TriggerEvent(finished_event(status))
+        except TimeoutError:
+            cancelled = self.cancel_on_kill and await self._cancel_job()
+            outcome = "; it was cancelled" if cancelled else ""
+            message = f"Slurm job {self.job_id} did not finish before the task's deadline{outcome}"
+            return self._event(EventStatus.TIMEOUT, message=message)
+        except (JobLostError, UnknownJobStateError, SlurmJobApiError) as error:
+            return self._event(EventStatus.ERROR, message=str(error))
+
+    async def _read(self, reader: JobReader | SharedJobReader, policy: JobWaitPolicy) -> JobStatus | None:
+        """The job's next status (None: found nowhere). A read that fails for now (the client
+        already retried) is tried again: the job is never lost; TimeoutError at the deadline."""
         while True:
             until_deadline = asyncio.timeout(policy.time_left(time.time()))
             try:
                 async with until_deadline:
-                    verdict = policy.judge(await self._read(reader), time.time())
+                    return await reader.next_status(self.job_id)
+            except JobNotFoundError:
+                return None
             except TimeoutError as error:
-                if not until_deadline.expired():  # not the deadline: a read that timed out
-                    self.log.warning("Slurm job %s: status unavailable for now: %r", self.job_id, error)
-                    continue
-                cancelled = self.cancel_on_kill and await self._cancel_job()
-                outcome = "; it was cancelled" if cancelled else ""
-                message = f"Slurm job {self.job_id} did not finish before the task's deadline{outcome}"
-                return self._event("timeout", message=message)
-            except (JobLostError, UnknownJobStateError) as error:
-                return self._event("error", message=str(error))
+                if until_deadline.expired():
+                    raise
+                self.log.warning("Slurm job %s: status unavailable for now: %r", self.job_id, error)
             except SlurmJobApiError as error:
                 if not error.retryable:
-                    return self._event("error", message=str(error))
-                # The client already retried with backoff: keep watching, never lose the job.
+                    raise
                 self.log.warning("Slurm job %s: status unavailable for now: %s", self.job_id, error)
-                continue
-            if verdict.status is None:
-                self.log.warning("%s", verdict.warning(self.job_id))
-                continue
-            if verdict.requeued:  # told even when first noticed at the end
-                self.log.warning("%s", await reader.client.describe_requeue(verdict.status))
-            if verdict.finished:
-                self.log.info("%s", verdict.status.describe())
-                return TriggerEvent({"status": "finished", "job": verdict.status.to_dict()})
-            if progress := verdict.progress():
-                self.log.log(progress[0], "%s", progress[1])
-
-    async def _read(self, reader: JobReader | SharedJobReader) -> JobStatus | None:
-        try:
-            return await reader.next_status(self.job_id)
-        except JobNotFoundError:
-            return None
 
     async def _cancel_job(self) -> bool:
         """Cancel the job; True if it was still active. The one way this trigger cancels."""
@@ -194,9 +200,9 @@ class SlurmJobTrigger(BaseTrigger):
         outcome = "cancelled" if active else "nothing to cancel for"
         self.log.info("Task killed (now %s): %s Slurm job %s", state, outcome, self.job_id)
 
-    def _event(self, status: str, message: str) -> TriggerEvent:
+    def _event(self, status: EventStatus, message: str) -> TriggerEvent:
         """An event that ends the wait without a final status: ``timeout`` or ``error``."""
-        return TriggerEvent({"status": status, "job_id": self.job_id, "message": message})
+        return TriggerEvent(ended_event(status, self.job_id, message))
 
 
 async def _task_state_v3(ti: Any) -> str | None:

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_slurmapi.client.aio import AsyncSlurmJobApiClient
+from airflow_provider_slurmapi.client.arrays import summaries
 from airflow_provider_slurmapi.client.errors import BulkStateQueryUnsupported, SlurmJobApiError
 from airflow_provider_slurmapi.client.jobs import JobStatus
-from airflow_provider_slurmapi.client.paths import base_job_id
 from airflow_provider_slurmapi.client.wait_policy import HELD_REPORT_SECONDS
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ class SharedPoller:
             started = loop.time()
             tick = Tick()
             try:
-                statuses = statuses_from_states(await self.client.job_states(sorted(self.watched)))
+                statuses = summaries(await self.client.job_states(sorted(self.watched)))
                 tick.active = {job_id: status for job_id, status in statuses.items() if status.is_active}
                 self.calls += 1
             except BulkStateQueryUnsupported as error:
@@ -196,21 +196,9 @@ class SharedJobReader:
         return self._last_state != "PENDING" or recheck
 
 
-def statuses_from_states(states: dict[str, list[str]]) -> dict[str, JobStatus]:
-    """What a bulk answer says of each submitted job: an array is active while any task is."""
-    grouped: dict[str, list[JobStatus]] = {}
-    for record, state in states.items():
-        if state:
-            grouped.setdefault(base_job_id(record), []).append(JobStatus(record, state[0], tuple(state[1:])))
-    statuses = {}
-    for job_id, records in grouped.items():
-        lead = next((r for r in records if r.is_active), records[0])
-        statuses[job_id] = JobStatus(job_id, lead.state, lead.flags, source="state")
-    return statuses
-
-
-class ReaderLease(contextlib.AbstractAsyncContextManager):
-    """The reader a trigger uses while it watches ``job_id``.
+class WatchedJob(contextlib.AbstractAsyncContextManager):
+    """A trigger's watch of ``job_id``: entering it gives the reader (shared or its own), leaving it
+    closes the reader's session or leaves the shared poller.
 
     A class, not an async generator: when an event loop shuts down it closes every async generator
     at once, and one nested in the trigger's own would be closed twice.

@@ -11,7 +11,8 @@ from airflow_provider_slurmapi.client.submission import carries_key, submission_
 from airflow_provider_slurmapi.emulator import Emulator, ScriptedFault
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
-from tests.integration.test_operators import JOB, RecordingTaskInstance
+from tests.integration.airflow_runtime import RecordingTaskInstance
+from tests.jobs import JOB
 
 RETRIES = 2
 

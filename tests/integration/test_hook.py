@@ -19,8 +19,7 @@ from airflow_provider_slurmapi.emulator import Emulator
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiAsyncHook, SlurmJobApiHook
 from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
 from tests.conftest import CLUSTER, PROJECT, REGION, connection_json
-
-JOB = {"name": "hook-test", "environment": ["PATH=/usr/bin:/bin"], "current_working_directory": "/tmp"}
+from tests.jobs import JOB
 
 
 def script(body: str) -> str:
@@ -132,7 +131,11 @@ def test_arguments_override_connection(emulator, monkeypatch: pytest.MonkeyPatch
     )
     hook = SlurmJobApiHook("slurm_other", cluster_id=CLUSTER, api_version="v0.0.42")
     assert (hook.cluster.cluster_id, hook.api_version) == (CLUSTER, "v0.0.42")
-    assert isinstance(hook.list_jobs(), list)
+    started = time.time()
+    hook.list_jobs()  # the connection's cluster would be NOT_FOUND
+    assert [(call.method, call.path) for call in emulator.requests.calls(since=started)] == [
+        ("GET", "/slurm/v0.0.42/jobs/")
+    ]
 
 
 def test_service_account_credentials_use_the_emulator_token_endpoint(slurm_connection: str, emulator) -> None:

@@ -16,16 +16,11 @@ from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
 from airflow_provider_slurmapi.sensors.job import SlurmJobSensor
 from tests.conftest import connection_json
-from tests.integration.test_operators import JOB, context
-from tests.storage import BUCKET, storage_stand_in
+from tests.integration.airflow_runtime import context
+from tests.jobs import JOB
+from tests.storage import BUCKET
 
 PREFIX = f"gs://{BUCKET}/runs"
-
-
-@pytest.fixture(scope="module")
-def storage_host() -> Iterator[str]:
-    with storage_stand_in() as stand_in:
-        yield stand_in.url
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +98,7 @@ def test_the_hook_reads_a_huge_output_by_its_end(gs_connection: Path) -> None:
 
 def test_an_array_shows_its_failed_tasks_first(gs_connection: Path) -> None:
     hook = SlurmJobApiHook()
-    settings = hook.output_settings()
+    settings = hook.resolve_output_settings()
     out, err = settings.per_try_paths("d", "r", "arr", -1, 1, array=True)
     job = {**JOB, "array": "0-2", "standard_output": out, "standard_error": err}
     script = '#!/bin/bash\necho "task $SLURM_ARRAY_TASK_ID"\n[ "$SLURM_ARRAY_TASK_ID" = 1 ] && { echo boom >&2; exit 1; }\nexit 0\n'
@@ -149,14 +144,14 @@ def test_bad_output_settings_are_refused_before_anything_is_sent(
     gs_connection: Path, mounted: tuple[Emulator, Path]
 ) -> None:
     emu, _ = mounted
-    with pytest.raises(ValueError, match="^output_cluster_path must be an absolute path, got 'relative/dir'$"):
+    with pytest.raises(ValueError, match="^output_cluster_path: must be an absolute path, got 'relative/dir'$"):
         submit("true", output_cluster_path="relative/dir")
-    with pytest.raises(ValueError, match="^output_tail_lines must be an integer from 1 to 10000, got 0$"):
+    with pytest.raises(ValueError, match="^output_tail_lines: must be an integer from 1 to 10000, got 0$"):
         SlurmJobSensor(task_id="s", job_id=1, output_tail_lines=0)
     submits = len(emu.requests.calls("POST"))
     operator, ctx = submit("true")
     operator.output_uri = "ftp://x/y"  # as a connection could hold it: refused at run time, before the submit
-    with pytest.raises(ValueError, match="^output_uri must start with gs:// or file://"):
+    with pytest.raises(ValueError, match="^output_uri: must start with gs:// or file://"):
         operator.execute(ctx)
     assert len(emu.requests.calls("POST")) == submits
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import threading
 import time
-import uuid
 from typing import Any
 
 import pytest
@@ -16,26 +15,8 @@ from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 from airflow_provider_slurmapi.operators.job import SlurmCancelJobOperator, SlurmSubmitJobOperator
 from airflow_provider_slurmapi.sensors.job import SlurmJobSensor
 from airflow_provider_slurmapi.triggers.job import SlurmJobTrigger
-
-JOB = {"name": "operator-test", "environment": ["PATH=/usr/bin:/bin"], "current_working_directory": "/tmp"}
-
-
-class RecordingTaskInstance:
-    """The task instance attributes the operators read; each one is a new task run (own run_id)."""
-
-    def __init__(self, try_number: int = 1, retries: int = 0, run_id: str | None = None) -> None:
-        self.xcom: dict[str, Any] = {}
-        self.dag_id, self.task_id, self.map_index = "operator_tests", "t", -1
-        self.run_id = run_id or f"manual__{uuid.uuid4()}"
-        self.try_number, self.max_tries = try_number, retries
-        self.start_date = None
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.xcom[key] = value
-
-
-def context(**ti: Any) -> dict[str, Any]:
-    return {"ti": RecordingTaskInstance(**ti)}
+from tests.integration.airflow_runtime import context
+from tests.jobs import JOB
 
 
 def submit_op(body: str, **kwargs: Any) -> SlurmSubmitJobOperator:

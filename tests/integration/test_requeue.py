@@ -13,7 +13,8 @@ from airflow_provider_slurmapi.emulator import Emulator
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 from airflow_provider_slurmapi.sensors.job import SlurmJobSensor
 from airflow_provider_slurmapi.triggers.job import SlurmJobTrigger
-from tests.integration.test_operators import JOB, context
+from tests.integration.airflow_runtime import context, first_event
+from tests.jobs import JOB
 
 FIRST_RUN_LONG = '#!/bin/bash\nif [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then exit 0; fi\nsleep 300\n'
 
@@ -60,9 +61,7 @@ async def test_the_shared_trigger_reports_a_hold_it_cannot_see_in_the_bulk_answe
     trigger = SlurmJobTrigger(
         job_id, poll_interval=0.3, hook_kwargs={"slurm_conn_id": slurm_connection}, deadline=time.time() + 3
     )
-    events = trigger.run()
-    event = (await asyncio.wait_for(events.__anext__(), 30)).payload
-    await events.aclose()
+    event = await first_event(trigger, 30)
     assert event["status"] == "timeout"
     held = lines_with(task_log(), "held: it will not start until released")
     assert len(held) == 1 and "reason: JobHeldUser" in held[0], held  # once in ~10 reads

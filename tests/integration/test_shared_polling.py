@@ -15,8 +15,9 @@ from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 from airflow_provider_slurmapi.triggers import polling
 from airflow_provider_slurmapi.triggers.job import SlurmJobTrigger
 from tests.conftest import connection_json
+from tests.integration.airflow_runtime import first_event
+from tests.jobs import JOB
 
-JOB = {"name": "shared", "environment": ["PATH=/usr/bin:/bin"], "current_working_directory": "/tmp"}
 INTERVAL = 0.5
 
 
@@ -39,15 +40,7 @@ async def watch_all(job_ids: list[str], **kwargs: object) -> list[dict]:
         )
         for job_id in job_ids
     ]
-
-    async def first(trigger: SlurmJobTrigger) -> dict:
-        events = trigger.run()
-        try:
-            return (await events.__anext__()).payload
-        finally:
-            await events.aclose()
-
-    return await asyncio.wait_for(asyncio.gather(*(first(t) for t in triggers)), 90)
+    return await asyncio.wait_for(asyncio.gather(*(first_event(t, 90) for t in triggers)), 90)
 
 
 async def test_many_triggers_make_one_state_call_per_interval(slurm_connection: str, emulator: Emulator) -> None:

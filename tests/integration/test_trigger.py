@@ -14,15 +14,8 @@ from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.emulator import Emulator
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 from airflow_provider_slurmapi.triggers.job import SlurmJobTrigger
-
-JOB = {"name": "trigger-test", "environment": ["PATH=/usr/bin:/bin"], "current_working_directory": "/tmp"}
-
-
-async def first_event(trigger: SlurmJobTrigger, timeout: float = 60) -> dict:
-    events = trigger.run()
-    event = await asyncio.wait_for(events.__anext__(), timeout)
-    await events.aclose()
-    return event.payload
+from tests.integration.airflow_runtime import first_event
+from tests.jobs import JOB
 
 
 def submit(connection: str, body: str) -> str:

@@ -110,7 +110,7 @@ CASES: list[tuple[str, Callable[[], object], str, list[str]]] = [
             f"retry_attempts {value!r}",
             retries(attempts=value),
             "retry_attempts",
-            [repr(value), "whole number from 1 to 20"],
+            [repr(value), "an integer from 1 to 20"],
         )
         for value in (0, "abc", 21, "2.5", True)
     ],

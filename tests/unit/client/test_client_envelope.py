@@ -185,7 +185,8 @@ def test_google_error_envelopes(code, status, cls, retryable):
     with pytest.raises(cls) as caught:
         read_reply(GET_JOB, code, google(code, status, "the message"))
     error = caught.value
-    assert isinstance(error, GoogleApiError) and not isinstance(error, SlurmError)
+    assert type(error) is cls  # the class for that status itself, not a subclass of it
+    assert issubclass(cls, GoogleApiError) and not issubclass(cls, SlurmError)  # no `except SlurmError` catches it
     assert error.retryable is retryable
     assert error.http_status == code
     assert error.status == status
@@ -296,7 +297,8 @@ def test_encode_refuses_1_mb_and_more(size):
     assert not error.retryable
     assert error.size == size
     text = str(error)
-    assert f"{size:,}" in text or str(size) in text
+    assert f"the request is {size:,} bytes" in text  # with thousands separators: 1,048,576
+    assert f"under {ONE_MB:,} bytes" in text
     assert "shared storage" in text
     assert "wrapper script" in text
 

@@ -19,10 +19,13 @@ from airflow_provider_slurmapi.client.errors import (
     JobNotFoundError,
     SlurmError,
 )
+from airflow_provider_slurmapi.client.job_description import submission_body
 from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.client.paths import SlurmPaths
+from airflow_provider_slurmapi.client.steps import ApiSettings
 
 PATHS = SlurmPaths("v0.0.42")
+API = ApiSettings(PATHS)
 
 
 class Driver:
@@ -63,7 +66,7 @@ def driver(slurm_fixture, fixture_index):
 
 
 def test_get_job_from_live_queue(driver):
-    status = driver.run(operations.get_job(PATHS, 1), "job_running.json")
+    status = driver.run(operations.get_job(API, 1), "job_running.json")
     assert isinstance(status, JobStatus)
     assert status.state == "RUNNING" and status.source == "slurm" and status.job_id == "1"
     assert driver.calls == [("GET", "/slurm/v0.0.42/job/1")]
@@ -71,7 +74,7 @@ def test_get_job_from_live_queue(driver):
 
 def test_get_job_404_falls_back_to_accounting(driver, fixture_index):
     assert fixture_index["job_purged.json"]["http_status"] == "404"
-    status = driver.run(operations.get_job(PATHS, "1"), "job_purged.json", "slurmdb_job_completed.json")
+    status = driver.run(operations.get_job(API, "1"), "job_purged.json", "slurmdb_job_completed.json")
     assert driver.calls == [("GET", "/slurm/v0.0.42/job/1"), ("GET", "/slurmdb/v0.0.42/job/1")]
     assert status.source == "slurmdb"
     assert status.job_id == "1"
@@ -79,13 +82,13 @@ def test_get_job_404_falls_back_to_accounting(driver, fixture_index):
 
 
 def test_get_job_404_then_accounting_failure_keeps_its_details(driver):
-    status = driver.run(operations.get_job(PATHS, 8), "job_purged.json", "slurmdb_job_failed.json")
+    status = driver.run(operations.get_job(API, 8), "job_purged.json", "slurmdb_job_failed.json")
     assert status.state == "FAILED" and status.exit_code.return_code == 3
 
 
 def test_get_job_unknown_everywhere(driver):
     with pytest.raises(JobNotFoundError) as caught:
-        driver.run(operations.get_job(PATHS, 999999), "job_unknown.json", "slurmdb_job_unknown.json")
+        driver.run(operations.get_job(API, 999999), "job_unknown.json", "slurmdb_job_unknown.json")
     assert caught.value.job_id == "999999"
     assert "999999" in str(caught.value)
     assert driver.calls[-1] == ("GET", "/slurmdb/v0.0.42/job/999999")
@@ -94,13 +97,13 @@ def test_get_job_unknown_everywhere(driver):
 def test_get_job_other_slurm_error_is_not_swallowed(driver):
     # a 422 is not "left the queue": it raises, with no accounting lookup
     with pytest.raises(SlurmError) as caught:
-        driver.run(operations.get_job(PATHS, 1), "job_invalid_id.json", "slurmdb_job_completed.json")
+        driver.run(operations.get_job(API, 1), "job_invalid_id.json", "slurmdb_job_completed.json")
     assert caught.value.status == 422
     assert driver.calls == [("GET", "/slurm/v0.0.42/job/1")]
 
 
 def test_get_job_empty_jobs_list_falls_back(driver, slurm_fixture):
-    op = operations.get_job(PATHS, 1)
+    op = operations.get_job(API, 1)
     next(op)
     follow_up = op.send(SlurmReply(200, {"jobs": [], "errors": [], "warnings": []}))
     assert (follow_up.method, follow_up.path) == ("GET", "/slurmdb/v0.0.42/job/1")
@@ -108,13 +111,13 @@ def test_get_job_empty_jobs_list_falls_back(driver, slurm_fixture):
 
 def test_get_job_refuses_bad_id_before_sending():
     with pytest.raises(InvalidRequestError) as caught:
-        next(operations.get_job(PATHS, "1/../2"))
+        next(operations.get_job(API, "1/../2"))
     assert caught.value.field == "job_id"
 
 
 def test_get_job_google_not_found_is_not_a_fallback(driver):
     # Google's NOT_FOUND means a wrong cluster: it must surface, not turn into a /slurmdb lookup
-    request = next(operations.get_job(PATHS, 1))
+    request = next(operations.get_job(API, 1))
     with pytest.raises(ClusterNotFoundError):
         read_reply(request, 404, json.dumps({"error": {"code": 404, "status": "NOT_FOUND", "message": "x"}}))
 
@@ -124,46 +127,46 @@ def test_get_job_google_not_found_is_not_a_fallback(driver):
 
 def test_cancel_running_job(driver, slurm_fixture):
     assert slurm_fixture("delete_running.json")["status"] == []
-    assert driver.run(operations.cancel_job(PATHS, 2), "delete_running.json") is True
+    assert driver.run(operations.cancel_job(API, 2), "delete_running.json") is True
     assert driver.calls == [("DELETE", "/slurm/v0.0.42/job/2")]
 
 
 def test_cancel_pending_job(driver):
-    assert driver.run(operations.cancel_job(PATHS, 3), "delete_pending.json") is True
+    assert driver.run(operations.cancel_job(API, 3), "delete_pending.json") is True
 
 
 def test_cancel_with_signal(driver):
-    assert driver.run(operations.cancel_job(PATHS, 6, "KILL"), "delete_running_signal_kill.json") is True
+    assert driver.run(operations.cancel_job(API, 6, "KILL"), "delete_running_signal_kill.json") is True
     assert driver.calls == [("DELETE", "/slurm/v0.0.42/job/6?signal=KILL")]
 
 
 def test_cancel_completed_job_is_success_false(driver, slurm_fixture, caplog):
     assert slurm_fixture("delete_completed.json")["status"][0]["error"]["code"] == 2021
     with caplog.at_level(logging.INFO):
-        assert driver.run(operations.cancel_job(PATHS, 1), "delete_completed.json") is False
+        assert driver.run(operations.cancel_job(API, 1), "delete_completed.json") is False
     assert driver.calls == [("DELETE", "/slurm/v0.0.42/job/1")]  # no extra lookup
 
 
 def test_cancel_purged_job_found_in_accounting(driver):
-    result = driver.run(operations.cancel_job(PATHS, 1), "delete_purged.json", "slurmdb_job_completed.json")
+    result = driver.run(operations.cancel_job(API, 1), "delete_purged.json", "slurmdb_job_completed.json")
     assert result is False
     assert driver.calls == [("DELETE", "/slurm/v0.0.42/job/1"), ("GET", "/slurmdb/v0.0.42/job/1")]
 
 
 def test_cancel_unknown_job_raises_not_found(driver):
     with pytest.raises(JobNotFoundError) as caught:
-        driver.run(operations.cancel_job(PATHS, 999999), "delete_unknown.json", "slurmdb_job_unknown.json")
+        driver.run(operations.cancel_job(API, 999999), "delete_unknown.json", "slurmdb_job_unknown.json")
     assert caught.value.job_id == "999999"
     assert driver.calls == [("DELETE", "/slurm/v0.0.42/job/999999"), ("GET", "/slurmdb/v0.0.42/job/999999")]
 
 
 def test_cancel_purged_then_unknown_in_accounting_raises(driver):
     with pytest.raises(JobNotFoundError):
-        driver.run(operations.cancel_job(PATHS, 1), "delete_purged.json", "slurmdb_job_unknown.json")
+        driver.run(operations.cancel_job(API, 1), "delete_purged.json", "slurmdb_job_unknown.json")
 
 
 def test_cancel_other_status_error_raises():
-    op = operations.cancel_job(PATHS, 2)
+    op = operations.cancel_job(API, 2)
     next(op)
     body = {
         "status": [{"error": {"code": 2002, "string": "Access/permission denied", "message": "denied"}}],
@@ -178,7 +181,7 @@ def test_cancel_other_status_error_raises():
 
 def test_cancel_refuses_bad_signal_before_sending():
     with pytest.raises(InvalidRequestError) as caught:
-        next(operations.cancel_job(PATHS, 2, "KILL&x=1"))
+        next(operations.cancel_job(API, 2, "KILL&x=1"))
     assert caught.value.field == "signal"
 
 
@@ -187,7 +190,7 @@ def test_cancel_refuses_bad_signal_before_sending():
 
 def test_submission_body_fills_required_defaults():
     # real-slurm.md 6: without environment -> 500/2019, without current_working_directory -> 500/2063
-    body = operations.submission_body({"name": "t"}, "#!/bin/bash\necho hi\n")
+    body = submission_body({"name": "t"}, "#!/bin/bash\necho hi\n")
     assert body["script"] == "#!/bin/bash\necho hi\n"
     job = body["job"]
     assert job["name"] == "t"
@@ -202,47 +205,47 @@ def test_submission_body_fills_required_defaults():
 def test_submission_body_keeps_user_values_and_does_not_mutate():
     job = {"name": "t", "environment": ["A=1"], "current_working_directory": "/home/u", "partition": "p"}
     original = json.loads(json.dumps(job))
-    body = operations.submission_body(job, "#!/bin/sh\ntrue\n")
+    body = submission_body(job, "#!/bin/sh\ntrue\n")
     assert body["job"] == original
     assert job == original  # the caller's dict is untouched
 
 
 def test_submission_body_does_not_share_default_environment_between_calls():
-    first = operations.submission_body({}, "#!/bin/sh\n")
+    first = submission_body({}, "#!/bin/sh\n")
     first["job"]["environment"].append("X=1")
-    second = operations.submission_body({}, "#!/bin/sh\n")
+    second = submission_body({}, "#!/bin/sh\n")
     assert "X=1" not in second["job"]["environment"]
 
 
 @pytest.mark.parametrize("job", [None, [], "name=t", 1, ({"name": "t"},)])
 def test_submission_body_refuses_non_dict_job(job):
     with pytest.raises(InvalidRequestError) as caught:
-        operations.submission_body(job, "#!/bin/bash\n")
+        submission_body(job, "#!/bin/bash\n")
     assert caught.value.field == "job"
 
 
 @pytest.mark.parametrize("script", ["", "   \n", None, b"#!/bin/bash\n"])
 def test_submission_body_refuses_empty_script(script):
     with pytest.raises(InvalidRequestError) as caught:
-        operations.submission_body({}, script)
+        submission_body({}, script)
     assert caught.value.field == "script"
 
 
 @pytest.mark.parametrize("script", ["echo hi\n", " #!/bin/bash\n", "\n#!/bin/bash\n", "/tmp/run.sh"])
 def test_submission_body_refuses_script_without_shebang(script):
     with pytest.raises(InvalidRequestError) as caught:
-        operations.submission_body({}, script)
+        submission_body({}, script)
     assert caught.value.field == "script"
     assert "#!" in str(caught.value)
 
 
 def test_submission_body_refuses_script_inside_job():
     with pytest.raises(InvalidRequestError):
-        operations.submission_body({"script": "#!/bin/bash\n"}, "#!/bin/bash\n")
+        submission_body({"script": "#!/bin/bash\n"}, "#!/bin/bash\n")
 
 
 def test_submit_job(driver):
-    job_id = driver.run(operations.submit_job(PATHS, {"name": "t"}, "#!/bin/bash\necho hi\n"), "submit_response.json")
+    job_id = driver.run(operations.submit_job(API, {"name": "t"}, "#!/bin/bash\necho hi\n"), "submit_response.json")
     assert job_id == "1"
     request = driver.requests[0]
     assert (request.method, request.path) == ("POST", "/slurm/v0.0.42/job/submit")
@@ -252,7 +255,7 @@ def test_submit_job(driver):
 
 def test_submit_with_warning_returns_job_id(driver, caplog):
     with caplog.at_level(logging.WARNING):
-        job_id = driver.run(operations.submit_job(PATHS, {"name": "x"}, "#!/bin/bash\n"), "submit_unknown_field.json")
+        job_id = driver.run(operations.submit_job(API, {"name": "x"}, "#!/bin/bash\n"), "submit_unknown_field.json")
     assert job_id == "13"
     assert any("bogus_field" in r.getMessage() for r in caplog.records)
 
@@ -262,44 +265,40 @@ def test_submit_with_warning_returns_job_id(driver, caplog):
 )
 def test_submit_slurm_errors(driver, name, number):
     with pytest.raises(SlurmError) as caught:
-        driver.run(operations.submit_job(PATHS, {}, "#!/bin/bash\n"), name)
+        driver.run(operations.submit_job(API, {}, "#!/bin/bash\n"), name)
     assert caught.value.error_numbers == [number]
 
 
-def test_submit_200_without_job_id_raises(driver):
-    with pytest.raises(SlurmError):
-        driver.run(operations.submit_job(PATHS, {"name": "x"}, "#!/bin/bash\n"), "submit_error_wrong_type.json")
-
-
-def test_submit_200_without_job_id_error_explains_why(driver, slurm_fixture):
+def test_submit_200_without_job_id_raises_and_says_why(driver, slurm_fixture):
     warning = slurm_fixture("submit_error_wrong_type.json")["warnings"][0]
     with pytest.raises(SlurmError) as caught:
-        driver.run(operations.submit_job(PATHS, {"name": "x"}, "#!/bin/bash\n"), "submit_error_wrong_type.json")
-    assert "minimum_nodes" in str(caught.value) or warning["description"] in str(caught.value)
+        driver.run(operations.submit_job(API, {"name": "x"}, "#!/bin/bash\n"), "submit_error_wrong_type.json")
+    assert "no job_id in the reply" in str(caught.value)
+    assert warning["description"] in str(caught.value)  # Slurm's warning: why there is no job
 
 
 # --------------------------------------------------------------------------- list, call, ping
 
 
 def test_list_jobs(driver):
-    statuses = driver.run(operations.list_jobs(PATHS), "jobs_list_mixed.json")
+    statuses = driver.run(operations.list_jobs(API), "jobs_list_mixed.json")
     assert driver.calls == [("GET", "/slurm/v0.0.42/jobs/")]
     assert len(statuses) == 5
     assert {s.state for s in statuses} == {"RUNNING", "PENDING", "COMPLETED"}
 
 
 def test_list_jobs_nothing_changed(driver):
-    assert driver.run(operations.list_jobs(PATHS), "jobs_update_time_unchanged.json") == []
+    assert driver.run(operations.list_jobs(API), "jobs_update_time_unchanged.json") == []
 
 
 def test_call_returns_the_reply_body(driver, slurm_fixture):
-    body = driver.run(operations.call("get", "/slurm/v0.0.42/jobs/"), "jobs_list_one_running.json")
+    body = driver.run(operations.call(API, "get", "/slurm/v0.0.42/jobs/"), "jobs_list_one_running.json")
     assert body == slurm_fixture("jobs_list_one_running.json")
     assert driver.calls == [("GET", "/slurm/v0.0.42/jobs/")]
 
 
 def test_ping(driver, slurm_fixture):
-    assert driver.run(operations.ping(PATHS), "ping.json") == slurm_fixture("ping.json")
+    assert driver.run(operations.ping(API), "ping.json") == slurm_fixture("ping.json")
     assert driver.calls == [("GET", "/slurm/v0.0.42/ping")]
 
 
@@ -314,12 +313,12 @@ def test_ping(driver, slurm_fixture):
 )
 def test_submit_refuses_bad_fields_before_sending(driver, job, field):
     with pytest.raises(InvalidRequestError) as caught:
-        driver.run(operations.submit_job(PATHS, job, "#!/bin/bash\n"), "submit_response.json")
+        driver.run(operations.submit_job(API, job, "#!/bin/bash\n"), "submit_response.json")
     assert caught.value.field == field
     assert driver.calls == []
 
 
 def test_submit_accepts_lenient_forms_real_slurm_accepts():
-    body = operations.submission_body({"time_limit": 5, "environment": {"A": "1"}}, "#!/bin/bash\n")
+    body = submission_body({"time_limit": 5, "environment": {"A": "1"}}, "#!/bin/bash\n")
     assert body["job"]["time_limit"] == 5
     assert body["job"]["environment"] == ["A=1"]

@@ -61,7 +61,7 @@ def test_job_ids_refused(job_id):
     with pytest.raises(InvalidRequestError) as caught:
         validate_job_id(job_id)
     assert caught.value.field == "job_id"
-    assert "job_id" in str(caught.value)
+    assert f"{job_id!r} is not a Slurm job ID" in str(caught.value)  # it names the value refused
 
 
 @pytest.mark.parametrize("job_id", ["abc", "1/../2", "1?x=1", None, True, "0", "1 2"])

@@ -11,16 +11,18 @@ import pytest
 from airflow_provider_slurmapi.client import operations
 from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply
 from airflow_provider_slurmapi.client.errors import InvalidArgumentError, TransportError, UnavailableError
-from airflow_provider_slurmapi.client.operations import Pause
 from airflow_provider_slurmapi.client.paths import SlurmPaths, base_job_id
 from airflow_provider_slurmapi.client.retry import RetryPolicy
+from airflow_provider_slurmapi.client.steps import ApiSettings, Pause
 from airflow_provider_slurmapi.client.submission import submission_key, with_key
 from airflow_provider_slurmapi.operators.job import is_automatic_retry
-from airflow_provider_slurmapi.slurm_task import task_deadline
+from airflow_provider_slurmapi.operators.waiting import task_deadline
+from tests.jobs import JOB
 
 PATHS = SlurmPaths()
+API = ApiSettings(PATHS)
 RETRY = RetryPolicy(max_attempts=3, initial_wait=1.0, max_wait=4.0)
-JOB = {"name": "train", "environment": ["PATH=/bin"], "current_working_directory": "/tmp"}
+API_RETRYING = ApiSettings(PATHS, RETRY)
 SCRIPT = "#!/bin/bash\ntrue\n"
 KEY = submission_key("dag", "train", "manual__1", -1)
 
@@ -56,11 +58,11 @@ def reply(body: dict[str, Any]) -> SlurmReply:
 
 
 def keyed_job(job_id: int, state: str = "RUNNING") -> dict[str, Any]:
-    return {"job_id": job_id, "job_state": [state], "comment": f"x {KEY}", "name": "train"}
+    return {"job_id": job_id, "job_state": [state], "comment": f"x {KEY}", "name": JOB["name"]}
 
 
 def test_a_failed_submit_looks_for_the_key_then_submits_again_after_a_pause() -> None:
-    op = operations.submit_job(PATHS, JOB, SCRIPT, key=KEY, retry=RETRY)
+    op = operations.submit_job(API_RETRYING, JOB, SCRIPT, key=KEY)
     first = next(op)
     assert (first.method, first.path, first.body["job"]["comment"]) == ("POST", PATHS.submit(), KEY)
     live = op.throw(UnavailableError(503, "UNAVAILABLE", "try later"))
@@ -76,7 +78,7 @@ def test_a_failed_submit_looks_for_the_key_then_submits_again_after_a_pause() ->
 
 
 def test_a_submit_whose_reply_was_lost_adopts_the_job_it_created() -> None:
-    op = operations.submit_job(PATHS, JOB, SCRIPT, key=KEY, retry=RETRY)
+    op = operations.submit_job(API_RETRYING, JOB, SCRIPT, key=KEY)
     next(op)
     op.throw(TransportError("connection reset by peer"))
     read = op.send(reply({"jobs": [keyed_job(41, "PENDING"), {"job_id": 42, "job_state": ["RUNNING"]}]}))
@@ -87,14 +89,14 @@ def test_a_submit_whose_reply_was_lost_adopts_the_job_it_created() -> None:
 
 
 def test_a_permanent_error_is_not_retried_nor_reconciled() -> None:
-    op = operations.submit_job(PATHS, JOB, SCRIPT, key=KEY, retry=RETRY)
+    op = operations.submit_job(API_RETRYING, JOB, SCRIPT, key=KEY)
     next(op)
     with pytest.raises(InvalidArgumentError):
         op.throw(InvalidArgumentError(400, "INVALID_ARGUMENT", "bad path"))
 
 
 def test_the_submit_gives_up_after_its_attempts() -> None:
-    op = operations.submit_job(PATHS, JOB, SCRIPT, key=KEY, retry=RETRY)
+    op = operations.submit_job(API_RETRYING, JOB, SCRIPT, key=KEY)
     step: SlurmCall | Pause = next(op)
     posts = 0
     with pytest.raises(UnavailableError):
@@ -110,7 +112,7 @@ def test_the_submit_gives_up_after_its_attempts() -> None:
 
 
 def test_without_a_key_a_submit_is_never_repeated() -> None:
-    op = operations.submit_job(PATHS, JOB, SCRIPT, retry=RETRY)
+    op = operations.submit_job(API_RETRYING, JOB, SCRIPT)
     next(op)
     with pytest.raises(TransportError):
         op.throw(TransportError("reset"))
@@ -147,7 +149,7 @@ def test_the_deadline_is_the_earlier_of_timeout_and_execution_timeout() -> None:
 
 
 def test_a_first_try_submits_straight_away() -> None:
-    op = operations.submit_once(PATHS, JOB, SCRIPT, KEY, earlier_tries=False)
+    op = operations.submit_once(API, JOB, SCRIPT, KEY, earlier_tries=False)
     assert next(op).method == "POST"  # no earlier try can have left a job
     with pytest.raises(StopIteration) as done:
         op.send(reply({"job_id": 3}))
@@ -156,7 +158,7 @@ def test_a_first_try_submits_straight_away() -> None:
 
 def test_accounting_is_asked_only_when_a_finished_job_could_be_adopted() -> None:
     for adopt, expected in ((False, ["GET /slurm", "POST"]), (True, ["GET /slurm", "GET /slurmdb", "POST"])):
-        op = operations.submit_once(PATHS, JOB, SCRIPT, KEY, adopt_completed=adopt)
+        op = operations.submit_once(API, JOB, SCRIPT, KEY, adopt_completed=adopt)
         step, seen = next(op), []
         with pytest.raises(StopIteration):
             while True:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_slurmapi.client import operations
+from airflow_provider_slurmapi.client.arrays import summaries
 from airflow_provider_slurmapi.client.envelope import SlurmReply
 from airflow_provider_slurmapi.client.errors import (
     BulkStateQueryUnsupported,
@@ -13,14 +14,15 @@ from airflow_provider_slurmapi.client.errors import (
     SlurmErrorDetail,
     UnavailableError,
 )
-from airflow_provider_slurmapi.client.paths import SlurmPaths
-from airflow_provider_slurmapi.triggers.polling import statuses_from_states
+from airflow_provider_slurmapi.client.paths import MAX_STATE_QUERY_CHARS, SlurmPaths
+from airflow_provider_slurmapi.client.steps import ApiSettings
 
 PATHS = SlurmPaths()
+API = ApiSettings(PATHS)
 
 
 def test_one_call_repeats_the_parameter() -> None:
-    op = operations.job_states(PATHS, ["1", "2", "3_4"])
+    op = operations.job_states(API, ["1", "2", "3_4"])
     request = next(op)
     assert request.path == "/slurm/v0.0.42/jobs/state/?job_id=1&job_id=2&job_id=3_4"
     with pytest.raises(StopIteration) as done:
@@ -30,17 +32,17 @@ def test_one_call_repeats_the_parameter() -> None:
 
 def test_a_long_list_is_split_into_calls_that_fit() -> None:
     job_ids = [str(1_000_000 + n) for n in range(2500)]
-    op = operations.job_states(PATHS, job_ids)
+    op = operations.job_states(API, job_ids)
     request, asked = next(op), []
     while True:
-        assert len(request.path) <= operations.MAX_STATE_QUERY_CHARS
+        assert len(request.path) <= MAX_STATE_QUERY_CHARS
         asked += [part.removeprefix("job_id=") for part in request.path.split("?")[1].split("&")]
         try:
             request = op.send(SlurmReply(200, {"jobs": []}))
         except StopIteration:
             break
     assert asked == job_ids  # each once, in order, in 3 calls
-    assert len(operations._chunks(PATHS, job_ids)) == 3
+    assert len(PATHS.job_state_queries(job_ids)) == 3
 
 
 @pytest.mark.parametrize(
@@ -51,14 +53,14 @@ def test_a_long_list_is_split_into_calls_that_fit() -> None:
     ],
 )
 def test_a_refused_query_is_recognised(refusal: Exception) -> None:
-    op = operations.job_states(PATHS, ["1"])
+    op = operations.job_states(API, ["1"])
     next(op)
     with pytest.raises(BulkStateQueryUnsupported):
         op.throw(refusal)
 
 
 def test_a_transient_failure_is_not_a_refusal() -> None:
-    op = operations.job_states(PATHS, ["1"])
+    op = operations.job_states(API, ["1"])
     next(op)
     with pytest.raises(UnavailableError):
         op.throw(UnavailableError(503, "UNAVAILABLE", "later"))
@@ -72,7 +74,7 @@ def test_what_an_answer_says_of_each_job() -> None:
         "7_1": ["RUNNING"],
         "8": ["COMPLETED", "COMPLETING"],
     }
-    jobs = statuses_from_states(states)
+    jobs = summaries(states)
     assert jobs["5"].state == "RUNNING"
     assert jobs["6"].is_finished
     assert jobs["7"].state == "RUNNING"  # an array is active while a task is

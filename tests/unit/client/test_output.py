@@ -31,15 +31,15 @@ def fixture_jobs(name: str) -> list[dict]:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"uri": "s3://bucket/x"}, "output_uri must start with gs:// or file://, got 's3://bucket/x'"),
-        ({"uri": "gs:///x"}, "output_uri must name a bucket"),
-        ({"uri": "file://host/x"}, "output_uri must be an absolute file:///path"),
-        ({"cluster_path": "out/slurm"}, "output_cluster_path must be an absolute path, got 'out/slurm'"),
-        ({"tail_lines": 0}, "output_tail_lines must be an integer from 1 to 10000, got 0"),
-        ({"tail_lines": 1.5}, "output_tail_lines must be an integer"),
-        ({"tail_bytes": 100}, "output_tail_bytes must be an integer from 1024 to 16777216, got 100"),
-        ({"wait": -1}, "output_wait must be a number of seconds from 0.0 to 600.0, got -1"),
-        ({"wait": True}, "output_wait must be a number of seconds"),
+        ({"uri": "s3://bucket/x"}, "output_uri: must start with gs:// or file://, got 's3://bucket/x'"),
+        ({"uri": "gs:///x"}, "output_uri: must name a bucket"),
+        ({"uri": "file://host/x"}, "output_uri: must be an absolute file:///path"),
+        ({"cluster_path": "out/slurm"}, "output_cluster_path: must be an absolute path, got 'out/slurm'"),
+        ({"tail_lines": 0}, "output_tail_lines: must be an integer from 1 to 10000, got 0"),
+        ({"tail_lines": 1.5}, "output_tail_lines: must be an integer"),
+        ({"tail_bytes": 100}, "output_tail_bytes: must be an integer from 1024 to 16777216, got 100"),
+        ({"wait": -1}, "output_wait: must be a number of seconds from 0 to 600, got -1"),
+        ({"wait": True}, "output_wait: must be a number of seconds"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_field(settings: dict, message: str) -> None:

@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_slurmapi.client.arrays import select_job, summaries
 from airflow_provider_slurmapi.client.envelope import SlurmReply
-from airflow_provider_slurmapi.client.jobs import JobStatus, run_that_ended, select_job
+from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.client.operations import describe_requeue
-from airflow_provider_slurmapi.client.paths import SlurmPaths
+from airflow_provider_slurmapi.client.requeue import run_that_ended
+from airflow_provider_slurmapi.client.steps import ApiSettings
 from airflow_provider_slurmapi.client.wait_policy import HELD_REPORT_SECONDS, JobWaitPolicy
-from airflow_provider_slurmapi.triggers.polling import SharedJobReader, Tick, statuses_from_states
+from airflow_provider_slurmapi.triggers.polling import SharedJobReader, Tick
 from tests.unit.client.conftest import FIXTURES
 
 # case, job ID: every live reply real Slurm gave, in the order it gave them
@@ -127,7 +129,7 @@ def test_how_the_run_before_a_requeue_ended(slurm_fixture, name: str, job_id: st
 
 def test_the_requeue_line_names_the_cause_read_from_accounting(slurm_fixture) -> None:
     status = JobStatus.from_slurm(slurm_fixture("node_down_requeue_2_pending.json")["jobs"][0])
-    operation = describe_requeue(SlurmPaths(), status)
+    operation = describe_requeue(ApiSettings(), status)
     call = next(operation)
     assert (call.method, call.path) == ("GET", "/slurmdb/v0.0.42/job/328")
     with pytest.raises(StopIteration) as done:
@@ -169,7 +171,7 @@ class FakeClient:
 
 def tick(path: Path) -> Tick:
     states = {str(j["job_id"]): j["state"] for j in json.loads(path.read_text())["jobs"]}
-    return Tick(active={k: v for k, v in statuses_from_states(states).items() if v.is_active})
+    return Tick(active={k: v for k, v in summaries(states).items() if v.is_active})
 
 
 def test_the_shared_reader_reads_in_full_when_a_job_goes_back_to_pending() -> None:

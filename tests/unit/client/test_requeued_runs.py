@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_slurmapi.client.jobs import JobStatus, latest_runs, select_job
+from airflow_provider_slurmapi.client.arrays import select_job
+from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.client.requeue import latest_runs
 from airflow_provider_slurmapi.client.usage import JobUsage
 
 
