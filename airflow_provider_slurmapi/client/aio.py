@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, Self
+from typing import Self
 
 import aiohttp
 
@@ -12,6 +12,8 @@ from airflow_provider_slurmapi.client.api import AsyncOperations, ClusterClient
 from airflow_provider_slurmapi.client.cluster import ClusterRef
 from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply, read_reply
 from airflow_provider_slurmapi.client.errors import SlurmJobApiError, TransportError, UnauthenticatedError
+from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION
+from airflow_provider_slurmapi.client.retry import RetryPolicy
 from airflow_provider_slurmapi.client.steps import Operation, Pause, StepResult, T, advance
 
 # Returns a valid access token; with force=True it must fetch a new one.
@@ -27,9 +29,11 @@ class AsyncSlurmJobApiClient(ClusterClient, AsyncOperations):
         token_source: TokenSource,
         *,
         session: aiohttp.ClientSession | None = None,
-        **kwargs: Any,
+        api_version: str = DEFAULT_API_VERSION,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
     ) -> None:
-        super().__init__(cluster, **kwargs)
+        super().__init__(cluster, api_version=api_version, timeout=timeout, retry=retry)
         self.token_source = token_source
         self._session = session
         self._owns_session = session is None
@@ -58,7 +62,8 @@ class AsyncSlurmJobApiClient(ClusterClient, AsyncOperations):
                 step = advance(operation, outcome)
                 outcome = await (self._sleep(step) if isinstance(step, Pause) else self._try_send(step))
         except StopIteration as done:
-            return done.value
+            result: T = done.value
+            return result
 
     @staticmethod
     async def _sleep(pause: Pause) -> None:

@@ -52,7 +52,7 @@ class ExitCode:
     signal_name: str | None = None
 
     @classmethod
-    def from_reply(cls, value: Any) -> ExitCode | None:
+    def from_reply(cls, value: object) -> ExitCode | None:
         if isinstance(value, int):  # older versions give a plain number
             return cls(status="SUCCESS" if value == 0 else "ERROR", return_code=value)
         if not isinstance(value, dict):

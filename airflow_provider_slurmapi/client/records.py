@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def number(value: Any) -> int | None:
+def number(value: object) -> int | None:
     """Read Slurm's ``{set, infinite, number}`` wrapper (or a plain int); unset gives None."""
     if isinstance(value, dict):
         return int(value["number"]) if value.get("set") and not value.get("infinite") else None
@@ -16,10 +16,10 @@ def number(value: Any) -> int | None:
     return int(value) if isinstance(value, (int, float)) else None
 
 
-def state_list(value: Any) -> list[str]:
+def state_list(value: object) -> list[str]:
     if isinstance(value, str):
         return [value] if value else []
-    return [str(v) for v in value or []]
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else []
 
 
 def live_record_id(job: dict[str, Any]) -> str:

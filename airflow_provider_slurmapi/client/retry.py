@@ -12,7 +12,7 @@ import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import tenacity
@@ -71,7 +71,7 @@ class RetryPolicy:
                 return
             yield pause
 
-    def _arguments(self) -> dict:
+    def _arguments(self) -> dict[str, Any]:
         import tenacity  # here, not at the top: the connection form reads this module's bounds
 
         return {

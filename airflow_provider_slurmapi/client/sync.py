@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import requests
 
@@ -11,14 +10,24 @@ from airflow_provider_slurmapi.client.api import ClusterClient, SyncOperations
 from airflow_provider_slurmapi.client.cluster import ClusterRef
 from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply, read_reply
 from airflow_provider_slurmapi.client.errors import SlurmJobApiError, TransportError
+from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION
+from airflow_provider_slurmapi.client.retry import RetryPolicy
 from airflow_provider_slurmapi.client.steps import Operation, Pause, StepResult, T, advance
 
 
 class SlurmJobApiClient(ClusterClient, SyncOperations):
     """Sync client. The session adds credentials; an ``AuthorizedSession`` refreshes them on 401."""
 
-    def __init__(self, session: requests.Session, cluster: ClusterRef, **kwargs: Any) -> None:
-        super().__init__(cluster, **kwargs)
+    def __init__(
+        self,
+        session: requests.Session,
+        cluster: ClusterRef,
+        *,
+        api_version: str = DEFAULT_API_VERSION,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        super().__init__(cluster, api_version=api_version, timeout=timeout, retry=retry)
         self.session = session
 
     def _run(self, operation: Operation[T]) -> T:
@@ -28,7 +37,8 @@ class SlurmJobApiClient(ClusterClient, SyncOperations):
                 step = advance(operation, outcome)
                 outcome = self._sleep(step) if isinstance(step, Pause) else self._try_send(step)
         except StopIteration as done:
-            return done.value
+            result: T = done.value
+            return result
 
     @staticmethod
     def _sleep(pause: Pause) -> None:

@@ -18,7 +18,8 @@ from airflow_provider_slurmapi.client.errors import InvalidRequestError
 @cache
 def _schemas() -> dict[str, Any]:
     text = resources.files("airflow_provider_slurmapi.client").joinpath("schemas/job_desc_msg.json").read_text()
-    return json.loads(text)
+    schemas: dict[str, Any] = json.loads(text)  # the schema of each Slurm REST version
+    return schemas
 
 
 def validate_job_description(job: dict[str, Any], api_version: str) -> None:

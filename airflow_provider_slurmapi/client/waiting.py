@@ -97,4 +97,5 @@ def run_wait(
             else:
                 return None
     except StopIteration as done:
-        return done.value
+        final: JobStatus = done.value
+        return final

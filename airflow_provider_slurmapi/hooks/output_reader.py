@@ -6,10 +6,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from airflow_provider_slurmapi.client.output import OutputFile, OutputSettings, OutputTail, last_lines
+
+if TYPE_CHECKING:
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
+    from google.cloud.storage import Client
 
 
 class OutputNotFound(Exception):
@@ -23,11 +27,11 @@ class OutputReader:
     :param principal: who reads, named in a permission error.
     """
 
-    def __init__(self, settings: OutputSettings, gcs_hook: Callable[[], Any], principal: Callable[[], str]) -> None:
+    def __init__(self, settings: OutputSettings, gcs_hook: Callable[[], GCSHook], principal: Callable[[], str]) -> None:
         self.settings = settings
         self._gcs_hook = gcs_hook
         self._principal = principal
-        self._client: Any = None
+        self._client: Client | None = None
 
     def tails(self, files: list[OutputFile]) -> list[OutputTail]:
         """The files' last lines: stdout and stderr each within the settings' caps, which an

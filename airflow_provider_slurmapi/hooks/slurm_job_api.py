@@ -272,7 +272,7 @@ class SlurmJobApiAsyncHook(GoogleBaseAsyncHook):
                 token = credentials.token
                 if token is None:  # refresh() sets a token or raises
                     raise RuntimeError("the Google credentials gave no access token")
-                return token
+                return str(token)
 
         return AsyncSlurmJobApiClient(
             cluster,

@@ -14,7 +14,7 @@ from airflow.providers.common.compat.sdk import AirflowException, conf
 
 from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.client.output import OutputSettings, expand_pattern
-from airflow_provider_slurmapi.client.submission import Outcome, submission_key
+from airflow_provider_slurmapi.client.submission import Outcome, Submission, submission_key
 from airflow_provider_slurmapi.operators.base import CONNECTION_TEMPLATE_FIELDS, SlurmBaseOperator
 from airflow_provider_slurmapi.operators.waiting import SlurmWaitingOperator, check_seconds
 from airflow_provider_slurmapi.triggers.events import status_from_event
@@ -155,6 +155,30 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         mask_environment(self.job)  # before Airflow stores or logs the rendered fields
 
     def execute(self, context: Context) -> str:
+        submission = self._submit_once(context)
+        if submission.status is not None and submission.outcome == Outcome.ADOPTED:
+            return self._finish(context, submission.status)
+        if not self.wait_for_completion:
+            return submission.job_id
+        if self.deferrable:
+            self.defer_until_finished(
+                context,
+                submission.job_id,
+                poll_interval=self.poll_interval,
+                timeout=self.timeout,
+                cancel_on_kill=self.cancel_on_kill,
+            )
+        try:
+            status = self.hook.wait_for_job(
+                submission.job_id, poll_interval=self.poll_interval, timeout=self.timeout, lost_grace=self.lost_grace
+            )
+        except TimeoutError as error:
+            self._cancel_after_timeout()
+            raise AirflowException(str(error)) from error
+        return self._finish(context, status)
+
+    def _submit_once(self, context: Context) -> Submission:
+        """Submit this task run's job, or reattach to (or adopt) an earlier try's; record its ID."""
         ti = context["ti"]
         mask_environment(self.job)
         key = submission_key(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
@@ -171,39 +195,15 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         self.job_id = submission.job_id
         if store is not None:
             store.set(STATE_STORE_KEY, self.job_id)
-        self.log.info(
-            "Slurm job %s on cluster %s: %s (%s)",
-            self.job_id,
-            self.hook.cluster.cluster_id,
-            submission.outcome,
-            key,
-        )
+        cluster = self.hook.cluster.cluster_id
+        self.log.info("Slurm job %s on cluster %s: %s (%s)", self.job_id, cluster, submission.outcome, key)
         ti.xcom_push(key="job_id", value=self.job_id)
         if submission.outcome == Outcome.SUBMITTED and "array" not in job and job.get("standard_output"):
             # the link works while the job runs (a reattached job wrote where an earlier try said)
             self.show_output_link(
                 context, self.output_settings.location_of(expand_pattern(job["standard_output"], job_id=self.job_id))
             )
-        if submission.status is not None and submission.outcome == Outcome.ADOPTED:
-            return self._finish(context, submission.status)
-        if not self.wait_for_completion:
-            return self.job_id
-        if self.deferrable:
-            self.defer_until_finished(
-                context,
-                self.job_id,
-                poll_interval=self.poll_interval,
-                timeout=self.timeout,
-                cancel_on_kill=self.cancel_on_kill,
-            )
-        try:
-            status = self.hook.wait_for_job(
-                self.job_id, poll_interval=self.poll_interval, timeout=self.timeout, lost_grace=self.lost_grace
-            )
-        except TimeoutError as error:
-            self._cancel_after_timeout()
-            raise AirflowException(str(error)) from error
-        return self._finish(context, status)
+        return submission
 
     def _may_adopt_completed_job(self, ti: Any) -> bool:
         if self.reuse_completed_job is ReuseCompletedJob.ON_RETRY:
