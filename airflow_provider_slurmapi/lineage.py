@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from airflow_provider_slurmapi.client.cluster import ClusterRef
     from airflow_provider_slurmapi.client.jobs import JobStatus
     from airflow_provider_slurmapi.client.usage import JobUsage
+    from airflow_provider_slurmapi.operators.waiting import SlurmWaitingOperator
 
 # The key of the facet under the event's ``run.facets``.
 FACET_KEY = "slurmJob"
@@ -77,7 +78,7 @@ def slurm_job_facet(
     )
 
 
-def known_cluster(task: Any, *, job_known: bool) -> dict[str, str | None] | None:
+def known_cluster(task: SlurmWaitingOperator, *, job_known: bool) -> dict[str, str | None] | None:
     """The cluster the task's hook reached; else, when a job is known, the task's cluster arguments.
 
     Only a cluster the hook already resolved is read from it: resolving it here could read the
@@ -93,7 +94,7 @@ def known_cluster(task: Any, *, job_known: bool) -> dict[str, str | None] | None
     return {name: getattr(task, name, None) or None for name in ("project_id", "region", "cluster_id")}
 
 
-def task_lineage(task: Any, job_id: str | int | None) -> OperatorLineage:
+def task_lineage(task: SlurmWaitingOperator, job_id: str | int | None) -> OperatorLineage:
     """The task's ``OperatorLineage``: a ``slurmJob`` run facet, or nothing when nothing is known.
 
     ``task`` is a submit operator or a sensor. After ``report_job_end`` its ``final_status`` and

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import typing
 from collections.abc import Awaitable, Callable
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
@@ -32,14 +33,22 @@ class ApiOperation(Generic[P, T]):
 
     @staticmethod
     def _as_method(build: Callable[..., Any]) -> Callable[..., Any]:
-        """What the class shows (``help``, the API docs): the operation's signature with ``self``."""
+        """What the class shows (``help``, the API docs): the operation's parameters after the
+        settings, and what the sync client and the hook return (the ``T`` of ``Operation[T]``)."""
 
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             return self._run(build(self.settings, *args, **kwargs))
 
-        signature = inspect.signature(build)
-        first, *rest = signature.parameters.values()
-        method.__signature__ = signature.replace(parameters=[first.replace(name="self"), *rest])  # type: ignore[attr-defined]
+        hints = typing.get_type_hints(build)
+        _settings, *parameters = inspect.signature(build).parameters.values()
+        method.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+            + [
+                parameter.replace(annotation=hints.get(parameter.name, parameter.annotation))
+                for parameter in parameters
+            ],
+            return_annotation=typing.get_args(hints["return"])[2],
+        )
         return functools.wraps(build, assigned=("__name__", "__qualname__", "__doc__"))(method)
 
     @overload

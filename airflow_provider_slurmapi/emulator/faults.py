@@ -40,9 +40,6 @@ FAULT_HEADER = "X-Emulator-Fault"
 DEFAULT_LATENCY = 2.0
 
 
-# --- validation (messages name the field, the bad value and what is allowed) ---------------------
-
-
 def check_kind(name: str, kind: object) -> str:
     if kind not in FAULT_KINDS:
         raise ValueError(f"{name}: {kind!r} is not a fault kind; allowed: {', '.join(FAULT_KINDS)}")
@@ -91,9 +88,6 @@ def _weights(kinds: str | Sequence[str] | Mapping[str, float]) -> tuple[tuple[st
 
 def _matches(methods: Iterable[str] | None, pattern: str | None, method: str, path: str) -> bool:
     return (methods is None or method.upper() in methods) and (pattern is None or re.search(pattern, path) is not None)
-
-
-# --- configuration -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -180,9 +174,6 @@ def load_script(path: str | Path) -> tuple[ScriptedFault, ...]:
     return tuple(ScriptedFault(**entry) for entry in entries)
 
 
-# --- runtime -------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class FaultRecord:
     """One injected fault. ``source`` is "header", "script" or "rate"; ``time`` is ``time.time()``."""
@@ -212,8 +203,6 @@ class FaultInjector:
         self.set_plan(plan)
         self.script(*script)
 
-    # --- configuration ---
-
     def set_plan(self, plan: FaultPlan | None) -> None:
         """Replace the run-wide plan (None: no random faults); restarts its random sequence from the seed."""
         if plan is not None and not isinstance(plan, FaultPlan):
@@ -238,8 +227,6 @@ class FaultInjector:
             self._injected.clear()
             self._log.clear()
             self._calls = 0
-
-    # --- state ---
 
     @property
     def plan(self) -> FaultPlan | None:
@@ -272,8 +259,6 @@ class FaultInjector:
         """Calls that reached the point where a fault may be injected."""
         with self._lock:
             return self._calls
-
-    # --- the server's side ---
 
     def pick(self, method: str, path: str, forced: str | None = None) -> str | None:
         """The fault kind for this call, or None; ``forced`` is the X-Emulator-Fault header's kind."""

@@ -155,6 +155,22 @@ class ProcessRunner:
 
     def _prepare(self, job: Job) -> tuple[list[str], dict[str, str], int, int, str]:
         """Blocking setup (run in a thread): script, srun shim, environment, output files."""
+        script_path, bin_dir = self._write_job_files(job)
+        out_fd, err_fd = _open_output(job)
+        cwd = job.cwd
+        if not os.path.isdir(cwd):  # slurmstepd says so in the job's output and runs in /tmp
+            cwd = "/tmp"
+            os.write(
+                err_fd,
+                f"slurmstepd-{NODE_NAME}: error: couldn't chdir to `{job.cwd}': No such file or directory: "
+                "going to /tmp instead\n".encode(),
+            )
+        # honour the shebang (the kernel does it when we exec the file); no shebang -> bash
+        argv = [str(script_path)] if job.script.startswith("#!") else ["/bin/bash", str(script_path)]
+        return argv, self._environment(job, bin_dir), out_fd, err_fd, cwd
+
+    def _write_job_files(self, job: Job) -> tuple[Path, Path]:
+        """The batch script, and an ``srun`` shim that records the job's steps."""
         job_dir = self._job_dir(job)
         bin_dir = job_dir / "bin"
         bin_dir.mkdir(parents=True, exist_ok=True)
@@ -166,7 +182,10 @@ class ProcessRunner:
         shim = bin_dir / "srun"
         shim.write_text(_SRUN_SHIM.replace("STEPS_FILE", shlex.quote(str(steps_file))))
         shim.chmod(0o755)
+        return script_path, bin_dir
 
+    def _environment(self, job: Job, bin_dir: Path) -> dict[str, str]:
+        """The job's environment with the variables slurmstepd sets."""
         env = dict(job.environment)
         env["PATH"] = f"{bin_dir}:{env.get('PATH') or '/usr/local/bin:/usr/bin:/bin'}"
         env["SLURM_JOB_ID"] = str(job.job_id)
@@ -178,31 +197,7 @@ class ProcessRunner:
         if job.array_task_id is not None:
             env["SLURM_ARRAY_JOB_ID"] = str(job.array_job_id)
             env["SLURM_ARRAY_TASK_ID"] = str(job.array_task_id)
-
-        # like slurmstepd: each run truncates the output files, unless open_mode is append
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if job.open_append else os.O_TRUNC)
-        try:
-            out_fd = os.open(_with_parents(job.expand(job.stdout_pattern)), flags, 0o644)
-        except OSError as exc:
-            raise _OutputFailure(f"cannot open standard_output: {exc.strerror}") from None
-        err_fd = out_fd
-        if job.stderr_pattern:
-            try:
-                err_fd = os.open(_with_parents(job.expand(job.stderr_pattern)), flags, 0o644)
-            except OSError as exc:
-                os.close(out_fd)
-                raise _OutputFailure(f"cannot open standard_error: {exc.strerror}") from None
-        cwd = job.cwd
-        if not os.path.isdir(cwd):  # slurmstepd says so in the job's output and runs in /tmp
-            cwd = "/tmp"
-            os.write(
-                err_fd,
-                f"slurmstepd-{NODE_NAME}: error: couldn't chdir to `{job.cwd}': No such file or directory: "
-                "going to /tmp instead\n".encode(),
-            )
-        # honour the shebang (the kernel does it when we exec the file); no shebang -> bash
-        argv = [str(script_path)] if job.script.startswith("#!") else ["/bin/bash", str(script_path)]
-        return argv, env, out_fd, err_fd, cwd
+        return env
 
     def _read_steps(self, job: Job) -> list[Step]:
         steps = []
@@ -239,3 +234,20 @@ def _with_parents(path: str) -> str:
         except OSError:
             pass  # opening the file then fails and says why
     return path
+
+
+def _open_output(job: Job) -> tuple[int, int]:
+    """The job's stdout and stderr descriptors (one file when stderr is not set apart). Like
+    slurmstepd, each run truncates the files, unless open_mode is append."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if job.open_append else os.O_TRUNC)
+    try:
+        out_fd = os.open(_with_parents(job.expand(job.stdout_pattern)), flags, 0o644)
+    except OSError as exc:
+        raise _OutputFailure(f"cannot open standard_output: {exc.strerror}") from None
+    if not job.stderr_pattern:
+        return out_fd, out_fd
+    try:
+        return out_fd, os.open(_with_parents(job.expand(job.stderr_pattern)), flags, 0o644)
+    except OSError as exc:
+        os.close(out_fd)
+        raise _OutputFailure(f"cannot open standard_error: {exc.strerror}") from None

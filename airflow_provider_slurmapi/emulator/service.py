@@ -141,8 +141,6 @@ class Emulator:
         # every call the backend answered, e.g. emulator.requests.calls("DELETE") in a test
         self.requests = RequestLog()
 
-    # --- public ---------------------------------------------------------------------------------
-
     @property
     def url(self) -> str:
         if self._port is None:
@@ -229,8 +227,6 @@ class Emulator:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
-
-    # --- internals ------------------------------------------------------------------------------
 
     def _dir(self, configured: str | Path | None, prefix: str) -> Path:
         if configured is not None:

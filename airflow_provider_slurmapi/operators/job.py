@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow.providers.common.compat.sdk import AirflowException, conf
 
@@ -23,6 +23,8 @@ from airflow_provider_slurmapi.version_compat import mask_secret
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
 
+    from airflow_provider_slurmapi.client.waiting import Log
+
 # Where Airflow 3.3+'s task state store keeps the job ID for the next try (XCom is cleared).
 STATE_STORE_KEY = "slurm_job_id"
 
@@ -35,7 +37,17 @@ class ReuseCompletedJob(StrEnum):
     NEVER = "never"
 
 
-def is_automatic_retry(ti: Any, retries: int | None) -> bool:
+class TaskTry(Protocol):
+    """What these helpers read of a task instance (Airflow 2's and the Task SDK's alike)."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    try_number: int
+    max_tries: int
+
+
+def is_automatic_retry(ti: TaskTry, retries: int | None) -> bool:
     """Whether this try follows a failed try of the same round, not a user's clear.
 
     Clearing a task sets ``max_tries`` to the last try number plus ``retries``, so the first try of
@@ -63,7 +75,7 @@ def mask_environment(job: dict[str, Any]) -> None:
             mask_secret(value)
 
 
-def with_output_paths(job: dict[str, Any], settings: OutputSettings, ti: Any, log: Any) -> dict[str, Any]:
+def with_output_paths(job: dict[str, Any], settings: OutputSettings, ti: TaskTry, log: Log) -> dict[str, Any]:
     """The job description with a per-try ``standard_output`` / ``standard_error`` under
     ``output_cluster_path``, when output is readable and the description sets neither."""
     if not settings.readable:
@@ -205,7 +217,7 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
             )
         return submission
 
-    def _may_adopt_completed_job(self, ti: Any) -> bool:
+    def _may_adopt_completed_job(self, ti: TaskTry) -> bool:
         if self.reuse_completed_job is ReuseCompletedJob.ON_RETRY:
             return is_automatic_retry(ti, self.retries)
         return self.reuse_completed_job is ReuseCompletedJob.ALWAYS
@@ -266,6 +278,8 @@ class SlurmCancelJobOperator(SlurmBaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        check_seconds("poll_interval", poll_interval)
+        check_seconds("timeout", timeout, optional=True)
         self.job_id = job_id
         self.signal = signal
         self.wait_for_completion = wait_for_completion

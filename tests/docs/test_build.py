@@ -38,6 +38,9 @@ PAGES = [
 API = [
     "hooks.slurm_job_api.SlurmJobApiHook",
     "hooks.slurm_job_api.SlurmJobApiAsyncHook",
+    "client.api.SlurmJobApiOperations",
+    "operators.base.SlurmBaseOperator",
+    "operators.waiting.SlurmWaitingOperator",
     "operators.job.SlurmSubmitJobOperator",
     "operators.job.SlurmCancelJobOperator",
     "sensors.job.SlurmJobSensor",

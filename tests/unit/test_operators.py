@@ -13,7 +13,7 @@ from airflow_provider_slurmapi.client.errors import InvalidRequestError
 from airflow_provider_slurmapi.client.jobs import ExitCode, JobStatus, RecordSource
 from airflow_provider_slurmapi.client.operations import JobRecords
 from airflow_provider_slurmapi.client.output import OutputSettings
-from airflow_provider_slurmapi.client.submission import Outcome, Submission
+from airflow_provider_slurmapi.client.submission import Outcome, Submission, submission_key
 from airflow_provider_slurmapi.client.usage import JobUsage
 from airflow_provider_slurmapi.links import SlurmJobOutputLink
 from airflow_provider_slurmapi.operators import job as job_module
@@ -339,7 +339,7 @@ def test_task_deadline_without_limits_is_none() -> None:
 
 
 def test_task_deadline_is_the_earliest_limit() -> None:
-    start = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=100)
+    start = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=100)
     context = ctx(FakeTI(start_date=start))
     before = time.time()
     assert task_deadline(context, 50, None) == pytest.approx(before + 50, abs=2)
@@ -488,7 +488,7 @@ def test_execute_without_waiting_returns_the_job_id_and_records_it() -> None:
     [(args, kwargs)] = hook.named("submit_once")
     job, script, key = args
     assert job == {"name": "task", "partition": "a3"}  # named after the task by default
-    assert script == SCRIPT and "dag" in key and "task" in key and "run1" in key
+    assert (script, key) == (SCRIPT, submission_key("dag", "task", "run1", -1))
     assert kwargs == {"known_job_id": None, "adopt_completed": False, "earlier_tries": False}
 
 
@@ -637,9 +637,12 @@ def test_execute_complete_of_an_earlier_try_starts_over() -> None:
 
     hook = FakeHook()
     context = ctx(FakeTI(try_number=2, max_tries=1))
-    assert submit_op(hook, wait_for_completion=False).execute_complete(
-        context, finished_event(status("99", state="FAILED", code=1)), deferred_in_try=1
-    ) == "42"
+    assert (
+        submit_op(hook, wait_for_completion=False).execute_complete(
+            context, finished_event(status("99", state="FAILED", code=1)), deferred_in_try=1
+        )
+        == "42"
+    )
     assert len(hook.named("submit_once")) == 1
     assert "job_state" not in context["ti"].pushes  # the stale event was not reported
 

@@ -1,0 +1,290 @@
+"""Unit tests of SlurmJobApiHook: an environment connection, and a scripted client in place of HTTP."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from airflow_provider_slurmapi.client.api import SyncOperations
+from airflow_provider_slurmapi.client.envelope import SlurmReply
+from airflow_provider_slurmapi.client.errors import (
+    ERROR_ALREADY_COMPLETING,
+    InvalidArgumentError,
+    InvalidRequestError,
+    JobNotFoundError,
+    PermissionDeniedError,
+    SlurmJobApiError,
+)
+from airflow_provider_slurmapi.client.jobs import RecordSource
+from airflow_provider_slurmapi.client.operations import JobRecords
+from airflow_provider_slurmapi.client.steps import ApiSettings, Operation, Pause, T, advance
+from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
+
+V = "v0.0.42"
+LIVE = f"/slurm/{V}/job/42"
+ACCOUNTING = f"/slurmdb/{V}/job/42"
+
+Answer = SlurmReply | SlurmJobApiError | Exception
+
+
+class ScriptedClient(SyncOperations):
+    """Answers each request with the next scripted answer for its (method, path); the last repeats."""
+
+    def __init__(self, script: dict[tuple[str, str], list[Answer]]) -> None:
+        self.settings = ApiSettings()
+        self.script = script
+        self.calls: list[tuple[str, str]] = []
+
+    def _run(self, operation: Operation[T]) -> T:
+        outcome: Any = None
+        try:
+            while True:
+                step = advance(operation, outcome)
+                if isinstance(step, Pause):
+                    outcome = None
+                    continue
+                self.calls.append((step.method, step.path))
+                answers = self.script[(step.method, step.path)]
+                outcome = answers.pop(0) if len(answers) > 1 else answers[0]
+                if not isinstance(outcome, (SlurmReply, SlurmJobApiError)):
+                    raise outcome
+        except StopIteration as done:
+            return done.value
+
+
+def live(state: str, restarts: int = 0, code: int = 0) -> SlurmReply:
+    record = {
+        "job_id": 42,
+        "job_state": [state],
+        "restart_cnt": restarts,
+        "exit_code": {"status": ["SUCCESS" if code == 0 else "ERROR"], "return_code": code},
+    }
+    return SlurmReply(200, {"jobs": [record]})
+
+
+def accounting_record(elapsed: int = 1800) -> dict[str, Any]:
+    return {
+        "job_id": 42,
+        "state": {"current": ["COMPLETED"]},
+        "exit_code": {"status": ["SUCCESS"], "return_code": 0},
+        "time": {"elapsed": elapsed},
+        "tres": {
+            "allocated": [
+                {"type": "cpu", "count": 8},
+                {"type": "node", "count": 2},
+                {"type": "mem", "count": 4096},
+                {"type": "gres", "name": "gpu", "count": 4},
+                {"type": "energy", "count": -2},
+            ]
+        },
+    }
+
+
+NOT_LIVE = SlurmReply(404, {})
+NO_RECORDS = SlurmReply(200, {"jobs": []})
+
+
+@pytest.fixture
+def make_hook(monkeypatch: pytest.MonkeyPatch) -> Callable[..., SlurmJobApiHook]:
+    """``make_hook(script, **extra)``: a hook on an environment connection, with a scripted client."""
+
+    def make(script: dict[tuple[str, str], list[Answer]] | None = None, **extra: Any) -> SlurmJobApiHook:
+        fields = {"project_id": "proj", "region": "us-central1", "cluster_id": "c1", **extra}
+        monkeypatch.setenv("AIRFLOW_CONN_UNIT_SLURM", json.dumps({"conn_type": "slurm_job_api", "extra": fields}))
+        hook = SlurmJobApiHook("unit_slurm")
+        hook.client = ScriptedClient(script or {})  # type: ignore[misc]
+        return hook
+
+    return make
+
+
+def test_get_job_reads_through_the_client(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    hook = make_hook({("GET", LIVE): [live("RUNNING")]})
+    job = hook.get_job(42)
+    assert (job.job_id, job.state, job.source) == ("42", "RUNNING", RecordSource.LIVE)
+    assert hook.client.calls == [("GET", LIVE)]
+
+
+def test_get_job_falls_back_to_accounting(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    hook = make_hook(
+        {("GET", LIVE): [NOT_LIVE], ("GET", ACCOUNTING): [SlurmReply(200, {"jobs": [accounting_record()]})]}
+    )
+    job = hook.get_job("42")
+    assert (job.state, job.source, job.is_success) == ("COMPLETED", RecordSource.ACCOUNTING, True)
+
+
+def test_unknown_job_find_gives_none_and_get_raises(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    hook = make_hook({("GET", LIVE): [NOT_LIVE], ("GET", ACCOUNTING): [NO_RECORDS]})
+    assert hook.find_job(42) is None
+    with pytest.raises(JobNotFoundError, match="42"):
+        hook.get_job(42)
+
+
+def test_bad_job_id_refused_before_any_call(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    hook = make_hook()
+    with pytest.raises(InvalidRequestError, match="job_id"):
+        hook.find_job("1/../2")
+    assert hook.client.calls == []
+
+
+def test_cancel_job(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    hook = make_hook(
+        {
+            ("DELETE", LIVE): [SlurmReply(200, {"status": []})],
+            ("DELETE", f"{LIVE}?signal=KILL"): [
+                SlurmReply(200, {"status": [{"error": {"code": ERROR_ALREADY_COMPLETING}}]})
+            ],
+        }
+    )
+    assert hook.cancel_job(42) is True
+    assert hook.cancel_job(42, "KILL") is False  # already finished counts as success
+    assert hook.client.calls == [("DELETE", LIVE), ("DELETE", f"{LIVE}?signal=KILL")]
+
+
+def test_wait_for_job_returns_the_final_status(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    hook = make_hook({("GET", LIVE): [live("PENDING"), live("RUNNING"), live("FAILED", code=3)]})
+    final = hook.wait_for_job(42, poll_interval=0.01, timeout=10)
+    assert (final.state, final.exit_code.return_code, final.is_success) == ("FAILED", 3, False)
+    assert hook.client.calls == [("GET", LIVE)] * 3
+
+
+def test_wait_for_job_timeout_names_the_timeout(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    hook = make_hook({("GET", LIVE): [live("RUNNING")]})
+    with pytest.raises(TimeoutError, match=r"Slurm job 42 did not finish within 0.2 s: Slurm job 42 is RUNNING"):
+        hook.wait_for_job(42, poll_interval=0.01, timeout=0.2)
+
+
+def test_wait_for_job_logs_a_requeue_once(
+    make_hook: Callable[..., SlurmJobApiHook], task_log: Callable[[], str]
+) -> None:
+    hook = make_hook(
+        {
+            ("GET", LIVE): [live("RUNNING"), live("PENDING", 1), live("RUNNING", 1), live("COMPLETED", 1)],
+            ("GET", ACCOUNTING): [NO_RECORDS],
+        }
+    )
+    task_log()
+    final = hook.wait_for_job(42, poll_interval=0.01, timeout=10)
+    assert (final.state, final.restarts) == ("COMPLETED", 1)
+    assert task_log().count("Slurm job 42 was requeued (restart 1)") == 1
+    assert hook.client.calls.count(("GET", ACCOUNTING)) == 1  # the requeue's cause is asked once
+
+
+def test_get_job_usage_from_given_accounting_records(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    hook = make_hook()
+    usage = hook.get_job_usage(42, JobRecords(RecordSource.ACCOUNTING, [accounting_record(elapsed=1800)]))
+    assert usage is not None
+    assert (usage.job_id, usage.nodes, usage.cpus, usage.memory_mb, usage.gpus, usage.gpu_hours) == (
+        "42",
+        2,
+        8,
+        4096,
+        4,
+        2.0,
+    )
+    assert "energy" not in usage.tres
+    assert hook.client.calls == []  # the records given are not read again
+
+
+def test_get_job_usage_none_without_accounting(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    hook = make_hook()
+    assert hook.get_job_usage(42, JobRecords(RecordSource.LIVE, [{"job_id": 42}])) is None
+
+
+def test_get_job_usage_reads_the_records_when_not_given(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    hook = make_hook({("GET", ACCOUNTING): [SlurmReply(200, {"jobs": [accounting_record(elapsed=3600)]})]})
+    usage = hook.get_job_usage("42")
+    assert usage is not None and (usage.elapsed_seconds, usage.gpu_hours) == (3600, 4.0)
+    assert hook.client.calls == [("GET", ACCOUNTING)]
+
+
+def test_resolve_output_settings_from_the_connection_then_overrides(
+    make_hook: Callable[..., SlurmJobApiHook],
+) -> None:
+    hook = make_hook(output_uri="gs://bucket/conn", output_cluster_path="/mnt/out")
+    assert (hook.resolve_output_settings().uri, hook.resolve_output_settings().cluster_path) == (
+        "gs://bucket/conn",
+        "/mnt/out",
+    )
+    settings = hook.resolve_output_settings(uri="file:///shared", cluster_path=None, tail_lines=5, wait=None)
+    assert (settings.uri, settings.cluster_path, settings.tail_lines, settings.wait) == (
+        "file:///shared",
+        "/mnt/out",
+        5,
+        30.0,
+    )
+
+
+def test_resolve_output_settings_without_connection_values(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    settings = make_hook().resolve_output_settings()
+    assert (settings.uri, settings.cluster_path, settings.readable) == (None, None, False)
+
+
+@pytest.mark.parametrize(
+    ("extra", "overrides", "field"),
+    [
+        ({}, {"tail_lines": 0}, "output_tail_lines"),
+        ({}, {"cluster_path": "relative"}, "output_cluster_path"),
+        ({"output_uri": "http://example.com/x"}, {}, "output_uri"),
+    ],
+)
+def test_resolve_output_settings_validates(
+    make_hook: Callable[..., SlurmJobApiHook], extra: dict[str, str], overrides: dict[str, Any], field: str
+) -> None:
+    hook = make_hook(**extra)
+    with pytest.raises(InvalidRequestError, match=f"^{field}: "):
+        hook.resolve_output_settings(**overrides)
+
+
+def test_test_connection_pings(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    hook = make_hook({("GET", f"/slurm/{V}/ping"): [SlurmReply(200, {"pings": [{"pinged": "UP"}]})]})
+    assert hook.test_connection() == (True, "Connected to c1 (us-central1): slurmctld UP")
+
+
+def test_test_connection_lists_jobs_when_ping_is_not_forwarded(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    jobs = {"jobs": [{"job_id": 1, "job_state": ["RUNNING"]}, {"job_id": 2, "job_state": ["PENDING"]}]}
+    hook = make_hook(
+        {
+            ("GET", f"/slurm/{V}/ping"): [InvalidArgumentError(400, "INVALID_ARGUMENT", "no such path")],
+            ("GET", f"/slurm/{V}/jobs/"): [SlurmReply(200, jobs)],
+        }
+    )
+    assert hook.test_connection() == (True, "Connected to c1 (us-central1): 2 jobs in the queue")
+
+
+def test_test_connection_reports_a_refusal(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    denied = PermissionDeniedError(403, "PERMISSION_DENIED", "no access to c1")
+    ok, message = make_hook({("GET", f"/slurm/{V}/ping"): [denied]}).test_connection()
+    assert not ok and message == "PERMISSION_DENIED (403): no access to c1"
+
+
+def test_test_connection_reports_other_errors_by_type(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    ok, message = make_hook({("GET", f"/slurm/{V}/ping"): [RuntimeError("bad key")]}).test_connection()
+    assert (ok, message) == (False, "RuntimeError: bad key")
+
+
+def test_test_connection_reports_a_missing_cluster_field(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    hook = make_hook({("GET", f"/slurm/{V}/ping"): [SlurmReply(200, {"pings": [{}]})]}, cluster_id="")
+    ok, message = hook.test_connection()
+    assert not ok and "cluster_id" in message
+
+
+def test_hook_arguments_override_the_connection(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    make_hook(api_version="v0.0.41", retry_attempts="4")
+    hook = SlurmJobApiHook("unit_slurm", region="europe-west4", retry_attempts=2)
+    assert (hook.cluster.region, hook.cluster.cluster_id, hook.api_version, hook.retry.max_attempts) == (
+        "europe-west4",
+        "c1",
+        "v0.0.41",
+        2,
+    )
+    assert SlurmJobApiHook("unit_slurm").retry.max_attempts == 4
+
+
+def test_bad_api_version_refused(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    make_hook()
+    with pytest.raises(InvalidRequestError, match="api_version"):
+        SlurmJobApiHook("unit_slurm", api_version="latest")
