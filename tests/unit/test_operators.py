@@ -10,7 +10,7 @@ import pytest
 from airflow.providers.common.compat.sdk import AirflowException, TaskDeferred
 
 from airflow_provider_slurmapi.client.errors import InvalidRequestError
-from airflow_provider_slurmapi.client.jobs import ExitCode, JobStatus, RecordSource
+from airflow_provider_slurmapi.client.jobs import JobStatus, RecordSource
 from airflow_provider_slurmapi.client.operations import JobRecords
 from airflow_provider_slurmapi.client.output import OutputSettings
 from airflow_provider_slurmapi.client.submission import Outcome, Submission, submission_key
@@ -37,38 +37,9 @@ from airflow_provider_slurmapi.operators.waiting import (
     task_deadline,
 )
 from airflow_provider_slurmapi.sensors.job import SlurmJobSensor
+from tests.unit.task_fakes import FakeStore, FakeTI, ctx, status
 
 SCRIPT = "#!/bin/bash\necho hi\n"
-
-
-def status(job_id: str = "42", state: str = "COMPLETED", code: int = 0, reason: str | None = None) -> JobStatus:
-    exit_code = ExitCode(status="SUCCESS" if code == 0 else "ERROR", return_code=code)
-    return JobStatus(job_id=job_id, state=state, exit_code=exit_code, reason=reason)
-
-
-class FakeTI:
-    def __init__(self, try_number: int = 1, max_tries: int = 0, map_index: int = -1, start_date: Any = None) -> None:
-        self.dag_id, self.task_id, self.run_id = "dag", "task", "run1"
-        self.map_index, self.try_number, self.max_tries = map_index, try_number, max_tries
-        self.start_date = start_date
-        self.pushes: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushes[key] = value
-
-
-class FakeStore:
-    def __init__(self, **values: Any) -> None:
-        self.values = dict(values)
-
-    def get(self, key: str) -> Any:
-        return self.values.get(key)
-
-    def set(self, key: str, value: Any) -> None:
-        self.values[key] = value
-
-    def delete(self, key: str) -> None:
-        self.values.pop(key, None)
 
 
 class FakeCluster:
@@ -149,13 +120,6 @@ def submit_op(hook: FakeHook | None = None, **kwargs: Any) -> SlurmSubmitJobOper
     op = SlurmSubmitJobOperator(**{**arguments, **kwargs})
     op.hook = hook or FakeHook()  # type: ignore[misc]
     return op
-
-
-def ctx(ti: FakeTI | None = None, store: FakeStore | None = None) -> dict[str, Any]:
-    context: dict[str, Any] = {"ti": ti or FakeTI()}
-    if store is not None:
-        context["task_state_store"] = store
-    return context
 
 
 # --- base classes ----------------------------------------------------------------------------
@@ -600,7 +564,7 @@ def test_execute_shows_the_output_link_of_a_submitted_job() -> None:
 
 
 def test_execute_shows_no_link_for_a_reattached_job() -> None:
-    hook = FakeHook(settings=READABLE, submission=Submission("40", Outcome.REATTACHED, status("40", "RUNNING")))
+    hook = FakeHook(settings=READABLE, submission=Submission("40", Outcome.REATTACHED, status("RUNNING", job_id="40")))
     context = ctx(FakeTI(try_number=2))
     assert submit_op(hook, wait_for_completion=False).execute(context) == "40"
     assert SlurmJobOutputLink.key not in context["ti"].pushes
@@ -615,7 +579,7 @@ def test_execute_complete_finished_event() -> None:
     from airflow_provider_slurmapi.triggers.events import finished_event
 
     context = ctx()
-    assert submit_op().execute_complete(context, finished_event(status("55")), deferred_in_try=1) == "55"
+    assert submit_op().execute_complete(context, finished_event(status(job_id="55")), deferred_in_try=1) == "55"
     assert context["ti"].pushes == {"job_state": "COMPLETED", "exit_code": 0}
 
 
@@ -639,7 +603,7 @@ def test_execute_complete_of_an_earlier_try_starts_over() -> None:
     context = ctx(FakeTI(try_number=2, max_tries=1))
     assert (
         submit_op(hook, wait_for_completion=False).execute_complete(
-            context, finished_event(status("99", state="FAILED", code=1)), deferred_in_try=1
+            context, finished_event(status("FAILED", code=1, job_id="99")), deferred_in_try=1
         )
         == "42"
     )

@@ -14,47 +14,13 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from airflow_provider_slurmapi.client.errors import JobLostError, UnknownJobStateError
-from airflow_provider_slurmapi.client.jobs import ExitCode, JobStatus, RecordSource
+from airflow_provider_slurmapi.client.jobs import JobStatus, RecordSource
 from airflow_provider_slurmapi.client.operations import JobRecords
 from airflow_provider_slurmapi.client.output import OutputSettings
 from airflow_provider_slurmapi.operators.base import CONNECTION_TEMPLATE_FIELDS
 from airflow_provider_slurmapi.sensors.job import WAIT_STATE_KEY, SlurmJobSensor
 from airflow_provider_slurmapi.triggers.events import ended_event, finished_event
-
-
-def status(
-    state: str = "COMPLETED", code: int = 0, reason: str | None = None, restarts: int = 0, job_id: str = "42"
-) -> JobStatus:
-    exit_code = ExitCode(status="SUCCESS" if code == 0 else "ERROR", return_code=code)
-    return JobStatus(job_id=job_id, state=state, exit_code=exit_code, reason=reason, restarts=restarts)
-
-
-class FakeTI:
-    def __init__(self, try_number: int = 1) -> None:
-        self.dag_id, self.task_id, self.run_id, self.map_index = "dag", "wait", "run1", -1
-        self.try_number, self.max_tries, self.start_date = try_number, 0, None
-        self.pushes: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushes[key] = value
-
-
-class FakeStore:
-    def __init__(self, **values: Any) -> None:
-        self.values = dict(values)
-        self.sets: list[tuple[str, Any]] = []
-        self.deletes: list[str] = []
-
-    def get(self, key: str) -> Any:
-        return self.values.get(key)
-
-    def set(self, key: str, value: Any) -> None:
-        self.sets.append((key, value))
-        self.values[key] = value
-
-    def delete(self, key: str) -> None:
-        self.deletes.append(key)
-        self.values.pop(key, None)
+from tests.unit.task_fakes import FakeStore, FakeTI, ctx, status
 
 
 class FakeHook:
@@ -93,13 +59,6 @@ def sensor(hook: FakeHook, **kwargs: Any) -> SlurmJobSensor:
     op = SlurmJobSensor(**{**arguments, **kwargs})
     op.hook = hook  # type: ignore[misc]
     return op
-
-
-def ctx(ti: FakeTI | None = None, store: FakeStore | None = None) -> dict[str, Any]:
-    context: dict[str, Any] = {"ti": ti or FakeTI()}
-    if store is not None:
-        context["task_state_store"] = store
-    return context
 
 
 def test_sensor_is_a_base_sensor_operator_with_connection_template_fields() -> None:

@@ -147,14 +147,16 @@ def test_requeue_pends_then_runs_the_script_again(played: dict[str, Played], emu
     waiting = next(r for r in job.live if r["state_reason"] == "BeginTime")
     # the job may not start before the requeue delay (real: requeue time + ~121 s)
     assert waiting["eligible_time"]["number"] >= waiting["submit_time"]["number"] + 1
-    assert job.states == [["PENDING"], ["RUNNING"], ["PENDING"], ["RUNNING"], ["COMPLETED"]] or job.states == [
+    # a poll may or may not land in the brief PENDING+COMPLETING right after the requeue
+    brief = ["PENDING", "COMPLETING"]
+    assert [state for state in job.states if state != brief] == [
         ["PENDING"],
         ["RUNNING"],
-        ["PENDING", "COMPLETING"],
         ["PENDING"],
         ["RUNNING"],
         ["COMPLETED"],
     ]
+    assert job.states.count(brief) == 0 or job.states.index(brief) == 2 and job.states.count(brief) == 1
     final = job.db[-1]  # one record per run, oldest first
     assert [(r["state"]["current"], r["restart_cnt"]) for r in final] == [
         (["PENDING", "REQUEUED"], 0),
