@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import warnings
 from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -168,6 +169,15 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
             uri=self._get_field("output_uri") or None, cluster_path=self._get_field("output_cluster_path") or None
         )
         return replace(connection, **{name: value for name, value in overrides.items() if value is not None})
+
+    def output_settings(self, **overrides: Any) -> OutputSettings:
+        """Deprecated: the name of ``resolve_output_settings`` before 0.4.1, kept for one release."""
+        warnings.warn(
+            "SlurmJobApiHook.output_settings() is now resolve_output_settings()",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.resolve_output_settings(**overrides)
 
     def read_job_output(
         self,

@@ -288,3 +288,13 @@ def test_bad_api_version_refused(make_hook: Callable[..., SlurmJobApiHook]) -> N
     make_hook()
     with pytest.raises(InvalidRequestError, match="api_version"):
         SlurmJobApiHook("unit_slurm", api_version="latest")
+
+
+def test_the_old_name_of_resolve_output_settings_warns_and_gives_the_same(
+    make_hook: Callable[..., SlurmJobApiHook],
+) -> None:
+    hook = make_hook(output_uri="gs://bucket/runs", output_cluster_path="/mnt/out")
+    with pytest.warns(DeprecationWarning, match=r"output_settings\(\) is now resolve_output_settings\(\)"):
+        old = hook.output_settings(tail_lines=7)
+    assert old == hook.resolve_output_settings(tail_lines=7)
+    assert (old.uri, old.cluster_path, old.tail_lines) == ("gs://bucket/runs", "/mnt/out", 7)
