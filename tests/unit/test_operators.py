@@ -193,7 +193,7 @@ def test_hook_is_built_from_the_connection_and_the_overrides(monkeypatch: pytest
     ids=["submit", "cancel", "sensor"],
 )
 def test_default_args_reach_hook_kwargs(build: Any) -> None:
-    from airflow.sdk import DAG
+    from airflow.providers.common.compat.sdk import DAG
 
     defaults = {"slurm_conn_id": "x", "project_id": "p"}
     with DAG("defaults_dag", default_args=defaults, schedule=None):
