@@ -74,6 +74,7 @@ class SlurmJobApiOperations:
     describe_requeue = ApiOperation(operations.describe_requeue)
     job_states = ApiOperation(operations.job_states)
     list_jobs = ApiOperation(operations.list_jobs)
+    queue_changes = ApiOperation(operations.queue_changes)
     cancel_job = ApiOperation(operations.cancel_job)
     call = ApiOperation(operations.call)
     ping = ApiOperation(operations.ping)

@@ -246,6 +246,24 @@ def list_jobs(api: ApiSettings) -> Operation[list[JobStatus]]:
     return [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []]
 
 
+class QueueChanges(NamedTuple):
+    """The live queue as ``GET jobs/?update_time=`` gives it: every job (``jobs``) and the stamp
+    to ask from next time, or ``jobs`` None when nothing changed since (slurmctld answers all or
+    nothing)."""
+
+    last_update: int
+    jobs: list[JobStatus] | None
+
+
+def queue_changes(api: ApiSettings, since: int | None = None) -> Operation[QueueChanges]:
+    """The live queue if anything in it changed since ``since`` (a ``last_update`` of an earlier answer)."""
+    reply = yield from request(SlurmCall("GET", api.paths.jobs(update_time=since)))
+    stamp = int((reply.body.get("last_update") or {}).get("number") or 0)
+    if since is not None and not stamp:  # "No job changes since update_time[...]": last_update 0, no jobs
+        return QueueChanges(since, None)
+    return QueueChanges(stamp, [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []])
+
+
 def cancel_job(api: ApiSettings, job_id: object, signal: str | int | None = None) -> Operation[bool]:
     """Ask Slurm to cancel (or signal) a job. A job that already finished counts as success.
 

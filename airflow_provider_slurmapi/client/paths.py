@@ -79,8 +79,9 @@ class SlurmPaths:
         path = self.job(job_id)
         return f"{path}?{urlencode({'signal': validate_signal(signal)})}" if signal is not None else path
 
-    def jobs(self) -> str:
-        return f"/slurm/{self.api_version}/jobs/"
+    def jobs(self, update_time: int | None = None) -> str:
+        since = "" if update_time is None else f"?update_time={int(update_time)}"
+        return f"/slurm/{self.api_version}/jobs/{since}"
 
     def accounting_job(self, job_id: object) -> str:
         return f"/slurmdb/{self.api_version}/job/{validate_job_id(job_id)}"

@@ -1,14 +1,20 @@
 """How a trigger reads its job's status: by itself, or through one poller shared by every trigger
 that watches a job of the same cluster, with the same credentials, in one triggerer process.
 
-A shared poller asks for the state of all watched jobs in one call per interval
-(``GET /slurm/vX/jobs/state/?job_id=1&job_id=2...``). A trigger reads its job's full status by
-itself only when the answer says the job finished or does not list it (a job that left the live
-queue is then read from accounting), and, since the answer shows neither holds nor requeues, a
-pending job when it is first seen pending, when it went back to pending (a requeue), and every
-``HELD_REPORT_SECONDS`` while its last full read found it held; at most ``FULL_READS_PER_TICK`` of
-these per tick. A job held once it was already seen pending shows only at its next full read. If the API refuses the query, every trigger falls back to
-reading its job by itself, and the poller says so once in the log.
+A shared poller makes at most two calls per interval, however many jobs its triggers watch:
+
+- the state of every watched job (``GET /slurm/vX/jobs/state/?job_id=1&job_id=2...``), small;
+- while some watched job is pending, the live queue's changes (``GET /slurm/vX/jobs/?update_time=T``,
+  T the ``last_update`` of its previous answer), for what the state list does not show: a hold,
+  its reason, a release, a requeue's restart count. slurmctld answers all or nothing: no jobs when
+  nothing changed since T, else the whole queue, whose watched records the poller keeps. Accounting
+  would answer for our jobs only, but it does not record a hold placed on a pending job.
+
+A trigger reads its job's full status by itself only when the state answer says the job finished
+or does not list it (a job that left the live queue is then read from accounting). If the API
+refuses the state query, every trigger falls back to reading its job by itself, and the poller says
+so once in the log; if the queue read fails, pending jobs are read in full by their triggers, at
+most ``FULL_READS_PER_TICK`` per tick, as their holds and requeues ask.
 """
 
 from __future__ import annotations
@@ -23,17 +29,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_slurmapi.client.aio import AsyncSlurmJobApiClient
-from airflow_provider_slurmapi.client.arrays import summaries
+from airflow_provider_slurmapi.client.arrays import select_job, summaries
 from airflow_provider_slurmapi.client.errors import BulkStateQueryUnsupported, SlurmJobApiError
 from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.client.paths import base_job_id
 from airflow_provider_slurmapi.client.wait_policy import HELD_REPORT_SECONDS
 
 log = logging.getLogger(__name__)
 
 # Triggers started together (a triggerer starting up) join the poller's first call.
 GATHER_SECONDS = 0.2
-# Full reads of pending jobs (for holds and requeues) the poller allows per tick: a triggerer that
-# starts with a thousand pending jobs reads them over a few intervals, not in one burst.
+# Full reads of pending jobs the poller allows per tick when the queue read failed: a triggerer
+# that starts with a thousand pending jobs reads them over a few intervals, not in one burst.
 FULL_READS_PER_TICK = 50
 
 
@@ -68,6 +75,7 @@ class Tick:
     """
 
     active: dict[str, JobStatus] = field(default_factory=dict)
+    pending: dict[str, JobStatus] = field(default_factory=dict)  # full statuses of the pending ones, from the queue
     error: SlurmJobApiError | None = None
 
 
@@ -80,13 +88,16 @@ class SharedPoller:
         self.interval = interval
         self.watched: Counter[str] = Counter()
         self.unsupported = False
-        self.calls = 0  # bulk state calls made, for tests and benchmarks
+        self.calls = 0  # bulk calls made (state and queue), for tests and benchmarks
         self.client: AsyncSlurmJobApiClient | None = None
         self._ready = asyncio.Lock()
         self._tick = Tick()
         self._ticked = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._full_reads_left = FULL_READS_PER_TICK
+        self._queue_stamp: int | None = None  # last_update of the last queue answer that listed jobs
+        self._queue: dict[str, list[JobStatus]] = {}  # the watched jobs' records in that answer
+        self._queue_covers: set[str] = set()  # the jobs watched when it came: their records are there if any
 
     async def start(self) -> AsyncSlurmJobApiClient:
         async with self._ready:
@@ -118,6 +129,7 @@ class SharedPoller:
                 statuses = summaries(await self.client.job_states(sorted(self.watched)))
                 tick.active = {job_id: status for job_id, status in statuses.items() if status.is_active}
                 self.calls += 1
+                tick.pending = await self._pending_details(tick.active)
             except BulkStateQueryUnsupported as error:
                 log.warning("Polling each Slurm job by itself from now on: %s", error)
                 self.unsupported = True
@@ -129,6 +141,29 @@ class SharedPoller:
             if self.unsupported:
                 return
             await asyncio.sleep(max(0.0, self.interval - (loop.time() - started)))
+
+    async def _pending_details(self, active: dict[str, JobStatus]) -> dict[str, JobStatus]:
+        """The full status of each pending job, from the live queue's changes; none if that read fails."""
+        pending = [job_id for job_id, status in active.items() if status.state == "PENDING"]
+        if not pending or self.client is None:
+            return {}
+        # a job watched since the last answer that listed jobs is asked for from the whole queue
+        covered = all(base_job_id(job_id) in self._queue_covers for job_id in pending)
+        try:
+            changes = await self.client.queue_changes(self._queue_stamp if covered else None)
+        except SlurmJobApiError as error:
+            log.warning("Reading pending Slurm jobs by themselves this interval: %s", error)
+            return {}
+        self.calls += 1
+        if changes.jobs is not None:
+            watched = self._queue_covers = {base_job_id(job_id) for job_id in self.watched}
+            self._queue = {}
+            for record in changes.jobs:
+                if base_job_id(record.job_id) in watched:
+                    self._queue.setdefault(base_job_id(record.job_id), []).append(record)
+            self._queue_stamp = changes.last_update
+        details = {job_id: select_job(job_id, self._queue.get(base_job_id(job_id), [])) for job_id in pending}
+        return {job_id: status for job_id, status in details.items() if status is not None}
 
     async def close(self) -> None:
         if self._loop_task is not None:
@@ -178,6 +213,10 @@ class SharedJobReader:
         summary = tick.active.get(job_id)
         if summary is None:
             return await self.client.get_job(job_id)
+        detail = tick.pending.get(job_id)
+        if detail is not None:
+            self._last_state, self._owes_full_read = detail.state, False
+            return detail
         self._owes_full_read |= self._worth_reading_in_full(summary)
         self._last_state = summary.state
         if not (self._owes_full_read and self.poller.grant_full_read()):

@@ -322,3 +322,17 @@ def test_submit_accepts_lenient_forms_real_slurm_accepts():
     body = submission_body({"time_limit": 5, "environment": {"A": "1"}}, "#!/bin/bash\n")
     assert body["job"]["time_limit"] == 5
     assert body["job"]["environment"] == ["A=1"]
+
+
+def test_queue_changes_gives_the_whole_queue_and_its_stamp(driver):
+    changes = driver.run(operations.queue_changes(API), "jobs_list_held_pending_running.json")
+    assert driver.calls == [("GET", "/slurm/v0.0.42/jobs/")]
+    assert changes.last_update == 1796247641
+    held = {s.job_id: s.reason for s in changes.jobs or [] if s.held}
+    assert held == {"1": "JobHeldUser", "7": "JobHeldAdmin"}
+
+
+def test_queue_changes_says_when_nothing_changed(driver):
+    changes = driver.run(operations.queue_changes(API, 1796247641), "jobs_list_update_time_unchanged_held.json")
+    assert driver.calls == [("GET", "/slurm/v0.0.42/jobs/?update_time=1796247641")]
+    assert changes == operations.QueueChanges(1796247641, None)  # the stamp stays, no jobs

@@ -14,11 +14,11 @@ import pytest
 from airflow_provider_slurmapi.client.arrays import select_job, summaries
 from airflow_provider_slurmapi.client.envelope import SlurmReply
 from airflow_provider_slurmapi.client.jobs import JobStatus
-from airflow_provider_slurmapi.client.operations import describe_requeue
+from airflow_provider_slurmapi.client.operations import QueueChanges, describe_requeue
 from airflow_provider_slurmapi.client.requeue import run_that_ended
 from airflow_provider_slurmapi.client.steps import ApiSettings
 from airflow_provider_slurmapi.client.wait_policy import HELD_REPORT_SECONDS, JobWaitPolicy
-from airflow_provider_slurmapi.triggers.polling import SharedJobReader, Tick
+from airflow_provider_slurmapi.triggers.polling import SharedJobReader, SharedPoller, Tick
 from tests.unit.client.conftest import FIXTURES
 
 # case, job ID: every live reply real Slurm gave, in the order it gave them
@@ -226,3 +226,90 @@ def test_a_held_job_is_read_again_every_ten_minutes(slurm_fixture, monkeypatch) 
     now[0] += 1
     assert asyncio.run(read()).held is True  # read again
     assert client.reads == 2
+
+
+# --- the shared poller reads holds, releases and requeues from the live queue's changes ---
+
+
+class QueueClient:
+    """Answers ``queue_changes`` with real replies of ``GET jobs/?update_time=``, in order."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.replies = iter(json.loads((FIXTURES / f"{name}.json").read_text()) for name in names)
+        self.asked: list[int | None] = []
+
+    async def queue_changes(self, since: int | None) -> QueueChanges:
+        self.asked.append(since)
+        body = next(self.replies)
+        stamp = body["last_update"]["number"]
+        if since is not None and not stamp:
+            return QueueChanges(since, None)
+        return QueueChanges(stamp, [JobStatus.from_slurm(j) for j in body["jobs"]])
+
+
+def test_the_poller_reads_holds_releases_and_requeues_from_the_queue_changes() -> None:
+    # real Slurm: 1 held at submit, 7 held while pending; then nothing changed; then 1 released
+    # and 6 held; then 2 requeued (scontrol requeue) while running
+    client = QueueClient(
+        [
+            "jobs_list_held_pending_running",
+            "jobs_list_update_time_unchanged_held",
+            "jobs_list_update_time_after_release_and_hold",
+            "jobs_list_update_time_after_requeue",
+        ]
+    )
+    poller = SharedPoller(("k",), {}, 1.0)
+    poller.client = client  # type: ignore[assignment]
+    poller.watched.update(["1", "2", "5", "6", "7"])
+
+    def details(pending: list[str]) -> dict[str, tuple[str, bool, int]]:
+        active = {job_id: JobStatus(job_id, "PENDING", source="state") for job_id in pending}
+        found = asyncio.run(poller._pending_details(active))
+        return {job_id: (s.reason, s.held, s.restarts) for job_id, s in found.items()}
+
+    first = details(["1", "5", "6", "7"])
+    assert first == {
+        "1": ("JobHeldUser", True, 0),
+        "5": ("Priority", False, 0),
+        "6": ("Priority", False, 0),
+        "7": ("JobHeldAdmin", True, 0),
+    }
+    assert details(["1", "5", "6", "7"]) == first  # nothing changed: the records kept answer
+    assert details(["1", "5", "6", "7"]) == {
+        "1": ("Resources", False, 0),  # released
+        "5": ("Priority", False, 0),
+        "6": ("JobHeldAdmin", True, 0),  # held once seen pending
+        "7": ("JobHeldAdmin", True, 0),
+    }
+    assert details(["2", "6"]) == {"2": ("BeginTime", False, 1), "6": ("JobHeldAdmin", True, 0)}  # requeued
+    assert client.asked == [None, 1796247641, 1796247641, 1796247643]
+
+
+def test_the_poller_makes_no_queue_call_while_no_watched_job_pends() -> None:
+    client = QueueClient([])
+    poller = SharedPoller(("k",), {}, 1.0)
+    poller.client = client  # type: ignore[assignment]
+    poller.watched.update(["2"])
+    assert asyncio.run(poller._pending_details({"2": JobStatus("2", "RUNNING", source="state")})) == {}
+    assert client.asked == []
+
+
+def test_a_job_watched_later_is_asked_for_from_the_whole_queue() -> None:
+    client = QueueClient(["jobs_list_held_pending_running", "jobs_list_update_time_after_release_and_hold"])
+    poller = SharedPoller(("k",), {}, 1.0)
+    poller.client = client  # type: ignore[assignment]
+    poller.watched.update(["5"])
+    asyncio.run(poller._pending_details({"5": JobStatus("5", "PENDING", source="state")}))
+    poller.watched.update(["7"])  # a trigger joined: 7 was not kept from the first answer
+    found = asyncio.run(poller._pending_details({j: JobStatus(j, "PENDING", source="state") for j in ("5", "7")}))
+    assert client.asked == [None, None]
+    assert found["7"].held is True
+
+
+def test_the_shared_reader_takes_a_pending_job_from_the_queue_without_reading_it() -> None:
+    held = JobStatus("9", "PENDING", reason="JobHeldUser", held=True)
+    summary = JobStatus("9", "PENDING", source="state")
+    client = FakeClient([])
+    reader = SharedJobReader(FakePoller([Tick(active={"9": summary}, pending={"9": held})]), client)  # type: ignore[arg-type]
+    assert asyncio.run(reader.next_status("9")) is held
+    assert client.reads == 0
