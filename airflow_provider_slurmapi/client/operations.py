@@ -240,12 +240,6 @@ def job_states(api: ApiSettings, job_ids: list[str]) -> Operation[dict[str, list
     return states
 
 
-def list_jobs(api: ApiSettings) -> Operation[list[JobStatus]]:
-    """Every job in the live queue."""
-    reply = yield from request(SlurmCall("GET", api.paths.jobs()))
-    return [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []]
-
-
 class QueueChanges(NamedTuple):
     """The live queue as ``GET jobs/?update_time=`` gives it: every job (``jobs``) and the stamp
     to ask from next time, or ``jobs`` None when nothing changed since (slurmctld answers all or
@@ -262,6 +256,12 @@ def queue_changes(api: ApiSettings, since: int | None = None) -> Operation[Queue
     if since is not None and not stamp:  # "No job changes since update_time[...]": last_update 0, no jobs
         return QueueChanges(since, None)
     return QueueChanges(stamp, [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []])
+
+
+def list_jobs(api: ApiSettings) -> Operation[list[JobStatus]]:
+    """Every job in the live queue."""
+    changes = yield from queue_changes(api)
+    return changes.jobs or []
 
 
 def cancel_job(api: ApiSettings, job_id: object, signal: str | int | None = None) -> Operation[bool]:

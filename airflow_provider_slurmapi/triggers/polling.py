@@ -79,6 +79,24 @@ class Tick:
     error: SlurmJobApiError | None = None
 
 
+@dataclass(frozen=True)
+class KeptQueue:
+    """The watched jobs' records in the last queue answer that listed jobs, and its ``last_update``."""
+
+    stamp: int | None = None
+    covers: frozenset[str] = frozenset()  # the jobs watched then: their records are here, if they had any
+    records: dict[str, list[JobStatus]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, stamp: int, jobs: list[JobStatus], watched: set[str]) -> KeptQueue:
+        covers = frozenset(base_job_id(job_id) for job_id in watched)
+        records: dict[str, list[JobStatus]] = {}
+        for record in jobs:
+            if base_job_id(record.job_id) in covers:
+                records.setdefault(base_job_id(record.job_id), []).append(record)
+        return cls(stamp, covers, records)
+
+
 class SharedPoller:
     """One bulk state call per interval for all the jobs its triggers watch."""
 
@@ -95,9 +113,7 @@ class SharedPoller:
         self._ticked = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._full_reads_left = FULL_READS_PER_TICK
-        self._queue_stamp: int | None = None  # last_update of the last queue answer that listed jobs
-        self._queue: dict[str, list[JobStatus]] = {}  # the watched jobs' records in that answer
-        self._queue_covers: set[str] = set()  # the jobs watched when it came: their records are there if any
+        self._kept = KeptQueue()
 
     async def start(self) -> AsyncSlurmJobApiClient:
         async with self._ready:
@@ -147,22 +163,18 @@ class SharedPoller:
         pending = [job_id for job_id, status in active.items() if status.state == "PENDING"]
         if not pending or self.client is None:
             return {}
+        kept = self._kept
         # a job watched since the last answer that listed jobs is asked for from the whole queue
-        covered = all(base_job_id(job_id) in self._queue_covers for job_id in pending)
+        covered = all(base_job_id(job_id) in kept.covers for job_id in pending)
         try:
-            changes = await self.client.queue_changes(self._queue_stamp if covered else None)
+            changes = await self.client.queue_changes(kept.stamp if covered else None)
         except SlurmJobApiError as error:
             log.warning("Reading pending Slurm jobs by themselves this interval: %s", error)
             return {}
         self.calls += 1
         if changes.jobs is not None:
-            watched = self._queue_covers = {base_job_id(job_id) for job_id in self.watched}
-            self._queue = {}
-            for record in changes.jobs:
-                if base_job_id(record.job_id) in watched:
-                    self._queue.setdefault(base_job_id(record.job_id), []).append(record)
-            self._queue_stamp = changes.last_update
-        details = {job_id: select_job(job_id, self._queue.get(base_job_id(job_id), [])) for job_id in pending}
+            kept = self._kept = KeptQueue.of(changes.last_update, changes.jobs, set(self.watched))
+        details = {job_id: select_job(job_id, kept.records.get(base_job_id(job_id), [])) for job_id in pending}
         return {job_id: status for job_id, status in details.items() if status is not None}
 
     async def close(self) -> None:

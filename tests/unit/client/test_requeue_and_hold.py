@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from airflow_provider_slurmapi.client.arrays import select_job, summaries
-from airflow_provider_slurmapi.client.envelope import SlurmReply
+from airflow_provider_slurmapi.client.envelope import SlurmReply, read_reply
 from airflow_provider_slurmapi.client.jobs import JobStatus
-from airflow_provider_slurmapi.client.operations import QueueChanges, describe_requeue
+from airflow_provider_slurmapi.client.operations import QueueChanges, describe_requeue, queue_changes
+from airflow_provider_slurmapi.client.paths import SlurmPaths
 from airflow_provider_slurmapi.client.requeue import run_that_ended
 from airflow_provider_slurmapi.client.steps import ApiSettings
 from airflow_provider_slurmapi.client.wait_policy import HELD_REPORT_SECONDS, JobWaitPolicy
@@ -232,19 +233,22 @@ def test_a_held_job_is_read_again_every_ten_minutes(slurm_fixture, monkeypatch) 
 
 
 class QueueClient:
-    """Answers ``queue_changes`` with real replies of ``GET jobs/?update_time=``, in order."""
+    """Runs the real ``queue_changes`` operation on real replies of ``GET jobs/?update_time=``, in order."""
 
     def __init__(self, names: list[str]) -> None:
-        self.replies = iter(json.loads((FIXTURES / f"{name}.json").read_text()) for name in names)
+        self.names = iter(names)
         self.asked: list[int | None] = []
 
     async def queue_changes(self, since: int | None) -> QueueChanges:
         self.asked.append(since)
-        body = next(self.replies)
-        stamp = body["last_update"]["number"]
-        if since is not None and not stamp:
-            return QueueChanges(since, None)
-        return QueueChanges(stamp, [JobStatus.from_slurm(j) for j in body["jobs"]])
+        operation = queue_changes(ApiSettings(SlurmPaths("v0.0.42")), since)
+        call = next(operation)
+        body = (FIXTURES / f"{next(self.names)}.json").read_text()
+        try:
+            operation.send(read_reply(call, 200, f'{{"status": 200, "structuredBody": {body}}}'))
+        except StopIteration as done:
+            return done.value
+        raise AssertionError("queue_changes made a second call")
 
 
 def test_the_poller_reads_holds_releases_and_requeues_from_the_queue_changes() -> None:
