@@ -76,6 +76,8 @@ class JobWaitPolicy:
         )
         if report_held:
             self.held_reported_at = now
+        elif not status.held and status.source != RecordSource.STATE_LIST:
+            self.held_reported_at = None  # released: a new hold is reported when seen
         return Verdict(status, finished=status.is_finished, changed=changed, requeued=requeued, report_held=report_held)
 
     def carry_over(self) -> dict[str, Any]:

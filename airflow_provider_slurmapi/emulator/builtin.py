@@ -201,10 +201,11 @@ class BuiltinBackend(SlurmBackend):
     def _list_jobs(self, version: str, request: SlurmRequest) -> SlurmAnswer:
         warnings = []
         jobs = self._queue()
-        last_update = self.scheduler.last_change
+        last_update = epoch_seconds()  # when the answer was made, as slurmctld stamps it
         since = (request.query.get("update_time") or [""])[0]
-        if since.isdigit() and self.scheduler.last_change <= int(since):
-            # all or nothing, like real slurmctld
+        if since.isdigit() and self.scheduler.last_change < int(since):
+            # all or nothing, like real slurmctld, which counts a change in the second asked for
+            # as a change (a job changed in the same second as the last answer is not missed)
             stamp = datetime.datetime.fromtimestamp(int(since)).strftime("%Y-%m-%dT%H:%M:%S")
             warnings.append(replies.warning(f"No job changes since update_time[{since}]={stamp}", "op_handler_jobs"))
             jobs, last_update = [], 0

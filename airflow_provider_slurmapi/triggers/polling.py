@@ -107,6 +107,7 @@ class SharedPoller:
         self.watched: Counter[str] = Counter()
         self.unsupported = False
         self.calls = 0  # bulk calls made (state and queue), for tests and benchmarks
+        self.ticks = 0  # answers given to the triggers
         self.client: AsyncSlurmJobApiClient | None = None
         self._ready = asyncio.Lock()
         self._tick = Tick()
@@ -152,6 +153,7 @@ class SharedPoller:
             except SlurmJobApiError as error:  # the client already retried; triggers keep watching
                 tick.error = error
             self._full_reads_left = FULL_READS_PER_TICK
+            self.ticks += 1
             self._tick, ticked, self._ticked = tick, self._ticked, asyncio.Event()
             ticked.set()
             if self.unsupported:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,10 +55,10 @@ async def test_many_triggers_make_one_state_call_per_interval(slurm_connection: 
     by_id = {event["job"]["job_id"]: JobStatus.from_dict(event["job"]) for event in events}
     assert [by_id[j].exit_code.return_code for j in job_ids] == [n % 3 for n in range(30)]  # full final status
     assert all(by_id[j].source == "slurm" for j in job_ids)
-    # one bulk call per tick, plus per trigger one full read when first seen pending (for a hold)
-    # and one at its end (and one token fetch)
+    # the bulk calls (state, and the queue's changes while some job pends), plus per trigger one
+    # full read at its end (and one token fetch): none for a job seen pending
     assert poller.calls >= 4
-    assert calls <= poller.calls + 2 * len(job_ids) + 2, (calls, poller.calls)
+    assert calls <= poller.calls + len(job_ids) + 2, (calls, poller.calls)
     assert polling.active_pollers() == []  # the last trigger left: the poller stopped
     assert poller.client is not None and poller.client._session is None  # and closed its session
 
@@ -137,3 +138,48 @@ async def test_a_trigger_joining_after_the_fallback_reads_its_job_at_once(
             await watching
         await first.aclose()
         SlurmJobApiHook().cancel_job(long)
+
+
+async def test_a_hold_and_a_release_of_a_job_seen_pending_show_at_the_next_tick(
+    slurm_connection: str, emulator: Emulator, task_log
+) -> None:
+    hook = SlurmJobApiHook()
+    later = {"set": True, "number": int(time.time()) + 3600}
+    job_id, running = (
+        hook.submit_job({**JOB, "begin_time": later}, "#!/bin/bash\ntrue\n"),
+        hook.submit_job(JOB, "#!/bin/bash\nsleep 120\n"),
+    )
+    hook_kwargs = {"slurm_conn_id": slurm_connection}
+    triggers = [SlurmJobTrigger(j, poll_interval=INTERVAL, hook_kwargs=hook_kwargs).run() for j in (job_id, running)]
+    watching = [asyncio.ensure_future(t.__anext__()) for t in triggers]
+
+    async def ticks_until(text: str) -> int:
+        """Ticks of the poller until the task log shows ``text`` (about job_id)."""
+        start, log = poller.ticks, ""
+        while not [line for line in log.splitlines() if f"job {job_id}" in line and text in line]:
+            assert poller.ticks - start < 20, log
+            await asyncio.sleep(INTERVAL / 5)
+            log += task_log()
+        return poller.ticks - start
+
+    try:
+        await asyncio.sleep(0.1)
+        (poller,) = polling.active_pollers()
+        await ticks_until("reason: BeginTime")  # seen pending
+        calls_before, ticks_before = emulator.faults.calls, poller.ticks
+        emulator.control(job_id, "hold")
+        assert await ticks_until("held: it will not start until released") <= 2  # the tick under way, then ours
+        emulator.control(job_id, "release")
+        assert await ticks_until("PENDING") <= 2
+        emulator.control(job_id, "hold")  # held again: said again
+        assert await ticks_until("held: it will not start until released") <= 2
+        # the state of both jobs and the queue's changes each tick, and no read of either job
+        assert emulator.faults.calls - calls_before <= 2 * (poller.ticks - ticks_before + 1)
+    finally:
+        for waiting in watching:
+            waiting.cancel()
+        await asyncio.gather(*watching, return_exceptions=True)
+        for trigger in triggers:
+            await trigger.aclose()
+        for j in (job_id, running):
+            hook.cancel_job(j)

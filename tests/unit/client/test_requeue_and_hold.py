@@ -96,6 +96,15 @@ def test_a_held_job_is_reported_when_first_seen_then_every_ten_minutes(slurm_fix
     assert level == logging.WARNING and "held" in line
 
 
+def test_a_job_held_again_after_a_release_is_reported_again(slurm_fixture) -> None:
+    held = JobStatus.from_slurm(slurm_fixture("hold_pending_3_pending_jobheldadmin.json")["jobs"][0])
+    released = JobStatus.from_slurm(slurm_fixture("hold_pending_4_pending_priority.json")["jobs"][0])
+    state_only = JobStatus(held.job_id, "PENDING", source="state")  # says nothing of a hold
+    policy = JobWaitPolicy(held.job_id)
+    reports = [policy.judge(status, now).report_held for now, status in enumerate([held, state_only, released, held])]
+    assert reports == [True, False, False, True]
+
+
 def test_a_job_ended_by_a_node_failure_says_its_work_was_interrupted(slurm_fixture) -> None:
     status = JobStatus.from_slurm(slurm_fixture("node_down_no_requeue_3_node_fail_nodedown.json")["jobs"][0])
     assert (status.state, status.reason, status.is_finished, status.is_interrupted) == (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,51 @@ def replies(api: Api, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tup
         if "cwd" in name:
             request["job"].pop("current_working_directory")
         got[f"{name}.json"] = api.call("POST", sub, request)
+    got.update(queue_changes(api, cwd))
+    return got
+
+
+# the real capture's job for each role its scenario plays (jobs_list_*: job 1 held at submit, ...)
+QUEUE_ROLES = {"held_at_submit": 1, "held_while_pending": 7, "held_later": 6, "requeued": 2}
+
+
+def queue_changes(api: Api, cwd: str) -> dict[str, tuple[int, dict[str, Any]]]:
+    """The live queue with held, pending and running jobs, then ``jobs/?update_time=`` after
+    nothing, after a release and a hold, and after a requeue, as the real replies were captured."""
+    got: dict[str, tuple[int, dict[str, Any]]] = {}
+    later = {"set": True, "number": int(time.time()) + 3600}
+    job = {"current_working_directory": cwd, "begin_time": later}
+    ids = {
+        "held_at_submit": api.submit("#!/bin/bash\nsleep 60\n", name="held_at_submit", hold=True,
+                                     current_working_directory=cwd),  # fmt: skip
+        "held_while_pending": api.submit("#!/bin/bash\ntrue\n", name="held_while_pending", **job),
+        "held_later": api.submit("#!/bin/bash\ntrue\n", name="held_later", **job),
+        "requeued": api.submit("#!/bin/bash\nsleep 60\n", name="requeued", current_working_directory=cwd),
+    }
+    api.wait(ids["requeued"], {"RUNNING"})
+    api.emu.control(str(ids["held_while_pending"]), "hold")
+    time.sleep(1.1)  # the next answer's stamp a second past the last change, as in the capture
+
+    def changes(name: str, since: int | None = None) -> int:
+        query = "" if since is None else f"?update_time={since}"
+        got[name] = api.call("GET", f"/slurm/v0.0.42/jobs/{query}")
+        return int(got[name][1]["last_update"]["number"])
+
+    stamp = changes("jobs_list_held_pending_running.json")
+    changes("jobs_list_update_time_unchanged_held.json", stamp)
+    api.emu.control(str(ids["held_at_submit"]), "release")
+    api.emu.control(str(ids["held_later"]), "hold")
+    stamp = changes("jobs_list_update_time_after_release_and_hold.json", stamp)
+    api.emu.control(str(ids["requeued"]), "requeue")
+    # captured once the released job ran and the requeued one's last run was gone (BeginTime)
+    api.wait(ids["held_at_submit"], {"RUNNING"})
+    deadline = time.monotonic() + 15
+    while api.job(ids["requeued"])["state_reason"] != "BeginTime":
+        assert time.monotonic() < deadline, "the requeued job never pended for BeginTime"
+        time.sleep(0.1)
+    changes("jobs_list_update_time_after_requeue.json", stamp)
+    for job_id in ids.values():
+        api.call("DELETE", f"/slurm/v0.0.42/job/{job_id}")
     return got
 
 
@@ -159,6 +205,10 @@ COMPARED = [
     "submit_time_limit_plain_int.json",
     "submit_error_wrong_type.json",
     "submit_error_wrong_type_time_limit.json",
+    "jobs_list_held_pending_running.json",
+    "jobs_list_update_time_unchanged_held.json",
+    "jobs_list_update_time_after_release_and_hold.json",
+    "jobs_list_update_time_after_requeue.json",
 ]
 
 
@@ -182,3 +232,26 @@ def test_reply_matches_real_slurm_shape(replies: dict[str, tuple[int, dict[str, 
         assert reply["jobs"][0]["exit_code"]["status"] == expected["jobs"][0]["exit_code"]["status"]
         steps = [(s["state"], s["exit_code"]["status"]) for s in reply["jobs"][0]["steps"]]
         assert steps == [(s["state"], s["exit_code"]["status"]) for s in expected["jobs"][0]["steps"]]
+
+
+@pytest.mark.parametrize("fixture", [name for name in COMPARED if name.startswith("jobs_list_update_time_")] + [
+    "jobs_list_held_pending_running.json"
+])
+def test_the_queue_changes_show_holds_releases_and_requeues_as_real_slurm(
+    replies: dict[str, tuple[int, dict[str, Any]]], fixture: str
+) -> None:
+    def roles(jobs: list[dict[str, Any]], name_of: dict[int, str]) -> dict[str, tuple[Any, ...]]:
+        seen = {}
+        for job in jobs:
+            role = name_of.get(job["job_id"], job["name"])
+            if role in QUEUE_ROLES:
+                held_or_requeued = job["hold"] or job["restart_cnt"]
+                seen[role] = (job["job_state"][0], job["hold"], job["restart_cnt"],
+                              job["state_reason"] if held_or_requeued else "-")  # fmt: skip
+        return seen
+
+    expected = load_fixture(fixture)
+    got = replies[fixture][1]
+    assert got["last_update"]["set"] is True and bool(got["last_update"]["number"]) == bool(expected["jobs"])
+    real = roles(expected["jobs"], {job_id: role for role, job_id in QUEUE_ROLES.items()})
+    assert roles(got["jobs"], {}) == real
