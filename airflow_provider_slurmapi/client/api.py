@@ -72,6 +72,7 @@ class SlurmJobApiOperations:
     find_job = ApiOperation(operations.find_job)
     job_records = ApiOperation(operations.job_records)
     describe_requeue = ApiOperation(operations.describe_requeue)
+    requeue_lines = ApiOperation(operations.requeue_lines)
     job_states = ApiOperation(operations.job_states)
     list_jobs = ApiOperation(operations.list_jobs)
     queue_changes = ApiOperation(operations.queue_changes)

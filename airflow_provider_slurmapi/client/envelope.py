@@ -34,6 +34,8 @@ class SlurmCall:
     body: dict[str, Any] | None = None
     # Slurm statuses that are an answer, not an error (404 on a job that left the live queue).
     accept_status: tuple[int, ...] = ()
+    # The start of a warning that is an answer too ("No job changes since"): logged at debug level.
+    expected_warning: str | None = None
 
     def envelope(self) -> dict[str, Any]:
         if self.method not in METHODS:
@@ -81,7 +83,9 @@ def read_reply(request: SlurmCall, http_status: int, text: str) -> SlurmReply:
         body = payload.get("body") or {}
     reply = SlurmReply(status=int(payload.get("status", 200)), body=body if isinstance(body, dict) else {})
     for warning in reply.warnings:
-        log.warning(
+        expected = request.expected_warning and str(warning.get("description", "")).startswith(request.expected_warning)
+        log.log(
+            logging.DEBUG if expected else logging.WARNING,
             "Slurm warning for %s %s: %s (%s)",
             request.method,
             request.path,

@@ -221,6 +221,17 @@ def describe_requeue(api: ApiSettings, status: JobStatus) -> Operation[str]:
     return requeue_line(status, run_that_ended(reply.body.get("jobs") or [], job_id, status.restarts))
 
 
+def requeue_lines(api: ApiSettings, statuses: list[JobStatus]) -> Operation[dict[str, str]]:
+    """``describe_requeue`` for many jobs at once, with one accounting read for all (by job ID)."""
+    try:
+        reply = yield from request(SlurmCall("GET", api.paths.accounting_jobs_of([s.job_id for s in statuses])))
+        records = list(reply.body.get("jobs") or [])
+    except SlurmJobApiError as error:
+        log.debug("No requeue causes for Slurm jobs %s: %s", [s.job_id for s in statuses], error)
+        records = []
+    return {s.job_id: requeue_line(s, run_that_ended(records, s.job_id, s.restarts)) for s in statuses}
+
+
 def job_states(api: ApiSettings, job_ids: list[str]) -> Operation[dict[str, list[str]]]:
     """The states of many jobs in as few calls as fit: ``{record_id: ["RUNNING", ...]}``.
 
@@ -251,7 +262,8 @@ class QueueChanges(NamedTuple):
 
 def queue_changes(api: ApiSettings, since: int | None = None) -> Operation[QueueChanges]:
     """The live queue if anything in it changed since ``since`` (a ``last_update`` of an earlier answer)."""
-    reply = yield from request(SlurmCall("GET", api.paths.jobs(update_time=since)))
+    call = SlurmCall("GET", api.paths.jobs(update_time=since), expected_warning="No job changes since")
+    reply = yield from request(call)
     stamp = int((reply.body.get("last_update") or {}).get("number") or 0)
     if since is not None and not stamp:  # "No job changes since update_time[...]": last_update 0, no jobs
         return QueueChanges(since, None)

@@ -104,6 +104,12 @@ class SlurmPaths:
             length += extra
         return [self.job_states(chunk) for chunk in chunks if chunk]
 
+    def accounting_jobs_of(self, job_ids: list[object]) -> str:
+        """Accounting's records of ``job_ids`` (every run of each, as ``sacct -j``), without steps."""
+        # repeated like job_states: real slurmrestd answers 400 to a comma-separated list
+        ids = [("step", validate_job_id(j)) for j in job_ids]
+        return f"/slurmdb/{self.api_version}/jobs/?" + urlencode([*ids, ("skip_steps", "true")])
+
     def accounting_jobs(self, name: str | None = None) -> str:
         path = f"/slurmdb/{self.api_version}/jobs/"
         return f"{path}?{urlencode({'job_name': name})}" if name else path

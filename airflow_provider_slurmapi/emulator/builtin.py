@@ -170,7 +170,7 @@ class BuiltinBackend(SlurmBackend):
         if request.method != "GET":
             return self._bad_method("slurmdbd", version, "op_handler_job" if route != "jobs" else "op_handler_jobs")
         if route == "jobs":
-            return self._slurmdb_jobs(version, request.query.get("job_name"))
+            return self._slurmdb_jobs(version, request)
         return self._slurmdb_job(version, route.removeprefix("job/"))
 
     def _get_job(self, version: str, job_ref: str) -> SlurmAnswer:
@@ -302,11 +302,7 @@ class BuiltinBackend(SlurmBackend):
         ref = _parse_ref(job_ref)
         if ref is None:
             return self._bad_method("slurmdbd", version, "op_handler_job")
-        job_id, task = ref
-        jobs = self._records(job_id)
-        if task is not None:  # only a task that started has a row of its own
-            jobs = [j for j in jobs if j.array_job_id == job_id and j.array_task_id == task]
-        jobs.sort(key=lambda j: j.job_id)
+        jobs = self._accounted(*ref)
         jobs = [run for job in jobs for run in (*job.runs, job)]  # one record per run, oldest first
         now = epoch_seconds()
         warnings = []
@@ -315,12 +311,23 @@ class BuiltinBackend(SlurmBackend):
         fields = {"jobs": [replies.slurmdb_job(j, self.cluster, now) for j in jobs]}
         return 200, replies.envelope("slurmdbd", version, self.cluster, fields, warnings=warnings)
 
-    def _slurmdb_jobs(self, version: str, names: list[str] | None = None) -> SlurmAnswer:
-        """All jobs, or those named in ``job_name`` (comma-separated, like sacct --name)."""
+    def _slurmdb_jobs(self, version: str, request: SlurmRequest) -> SlurmAnswer:
+        """All jobs, those named in ``job_name`` (comma-separated, like sacct --name), or those
+        whose IDs ``step`` repeats (like sacct -j; ``skip_steps=true`` leaves their steps out)."""
         now = epoch_seconds()
-        wanted = {name for value in names or [] for name in value.split(",") if name}
+        wanted = {name for value in request.query.get("job_name") or [] for name in value.split(",") if name}
         chosen = [j for j in sorted(self.jobs.values(), key=lambda j: j.job_id) if not wanted or j.name in wanted]
+        ids = request.query.get("step") or []
+        if ids:
+            refs = [_parse_ref(job_ref) for job_ref in ids]
+            if None in refs:  # real slurmrestd refuses a comma-separated list too
+                return self._bad_method("slurmdbd", version, "op_handler_jobs")
+            picked = {id(job) for ref in refs if ref is not None for job in self._accounted(*ref)}
+            chosen = [j for j in chosen if id(j) in picked]
         jobs = [replies.slurmdb_job(run, self.cluster, now) for j in chosen for run in (*j.runs, j)]
+        if (request.query.get("skip_steps") or [""])[0] == "true":
+            for job in jobs:
+                job["steps"] = []
         return 200, replies.envelope("slurmdbd", version, self.cluster, {"jobs": jobs})
 
     def _bad_method(self, kind: str, version: str, source: str) -> SlurmAnswer:
@@ -350,6 +357,13 @@ class BuiltinBackend(SlurmBackend):
             return [job] if job is not None else []
         others = [j for j in self.jobs.values() if j.array_job_id == job_id and j is not job]
         return [job, *sorted(others, key=lambda j: j.array_seq, reverse=True)]
+
+    def _accounted(self, job_id: int, task: int | None) -> list[Job]:
+        """The records accounting keeps for ``job_id`` (or one started task of its array), by ID."""
+        jobs = self._records(job_id)
+        if task is not None:  # only a task that started has a row of its own
+            jobs = [j for j in jobs if j.array_job_id == job_id and j.array_task_id == task]
+        return sorted(jobs, key=lambda j: j.job_id)
 
     def _task_record(self, array_id: int, task: int) -> Job | None:
         """The record that holds task ``task`` of array ``array_id``: its own, or the meta record."""

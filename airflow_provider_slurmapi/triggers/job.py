@@ -119,7 +119,7 @@ class SlurmJobTrigger(BaseTrigger):
                 if isinstance(step, Read):
                     answer = await self._read(reader, policy)
                 elif isinstance(step, RequeueLine):
-                    answer = await reader.client.describe_requeue(step.status)
+                    answer = await reader.describe_requeue(step.status)
                 else:
                     answer = None  # the reader itself waits for the next interval
         except StopIteration as done:

@@ -3,18 +3,22 @@ that watches a job of the same cluster, with the same credentials, in one trigge
 
 A shared poller makes at most two calls per interval, however many jobs its triggers watch:
 
-- the state of every watched job (``GET /slurm/vX/jobs/state/?job_id=1&job_id=2...``), small;
-- while some watched job is pending, the live queue's changes (``GET /slurm/vX/jobs/?update_time=T``,
-  T the ``last_update`` of its previous answer), for what the state list does not show: a hold,
-  its reason, a release, a requeue's restart count. slurmctld answers all or nothing: no jobs when
-  nothing changed since T, else the whole queue, whose watched records the poller keeps. Accounting
-  would answer for our jobs only, but it does not record a hold placed on a pending job.
+- while no watched job pends, the state of every watched job
+  (``GET /slurm/vX/jobs/state/?job_id=1&job_id=2...``), small;
+- while some watched job pends, the live queue's changes instead (``GET /slurm/vX/jobs/?update_time=T``,
+  T the ``last_update`` of its previous answer), which also tell what the state list does not: a
+  hold, its reason, a release, a requeue's restart count. slurmctld answers all or nothing: no jobs
+  when nothing changed since T (the records kept from before still hold), else the whole queue, whose
+  watched records the poller keeps. Accounting would answer for our jobs only, but it does not record
+  a hold placed on a pending job. The interval a job starts pending in, both are read;
+- when jobs were seen requeued, one accounting read for all of them (by job ID), for the cause
+  their log line names, at the next interval.
 
-A trigger reads its job's full status by itself only when the state answer says the job finished
-or does not list it (a job that left the live queue is then read from accounting). If the API
-refuses the state query, every trigger falls back to reading its job by itself, and the poller says
-so once in the log; if the queue read fails, pending jobs are read in full by their triggers, at
-most ``FULL_READS_PER_TICK`` per tick, as their holds and requeues ask.
+A trigger reads its job's full status by itself only when the answer says the job finished or does
+not list it (a job that left the live queue is then read from accounting). If the API refuses the
+state query, every trigger falls back to reading its job by itself, and the poller says so once in
+the log; if the queue read fails, pending jobs are read in full by their triggers, at most
+``FULL_READS_PER_TICK`` per tick, as their holds and requeues ask.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from airflow_provider_slurmapi.client.arrays import select_job, summaries
 from airflow_provider_slurmapi.client.errors import BulkStateQueryUnsupported, SlurmJobApiError
 from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.client.paths import base_job_id
+from airflow_provider_slurmapi.client.requeue import describe_requeue as requeue_line
 from airflow_provider_slurmapi.client.wait_policy import HELD_REPORT_SECONDS
 
 log = logging.getLogger(__name__)
@@ -42,6 +47,8 @@ GATHER_SECONDS = 0.2
 # Full reads of pending jobs the poller allows per tick when the queue read failed: a triggerer
 # that starts with a thousand pending jobs reads them over a few intervals, not in one burst.
 FULL_READS_PER_TICK = 50
+# Requeued jobs whose cause one accounting read asks for (a path of about 12 KB); more wait a tick.
+REQUEUE_CAUSES_PER_TICK = 500
 
 
 async def open_client(hook_kwargs: dict[str, Any]) -> AsyncSlurmJobApiClient:
@@ -57,6 +64,9 @@ class JobReader:
         self.client = client
         self.interval = interval
         self._read_now = read_now
+
+    async def describe_requeue(self, status: JobStatus) -> str:
+        return await self.client.describe_requeue(status)
 
     async def next_status(self, job_id: str) -> JobStatus:
         """The job's status: at once the first time (unless ``read_now`` is False), then after each interval."""
@@ -75,7 +85,7 @@ class Tick:
     """
 
     active: dict[str, JobStatus] = field(default_factory=dict)
-    pending: dict[str, JobStatus] = field(default_factory=dict)  # full statuses of the pending ones, from the queue
+    full: dict[str, JobStatus] = field(default_factory=dict)  # those whose full status the queue gave
     error: SlurmJobApiError | None = None
 
 
@@ -96,9 +106,13 @@ class KeptQueue:
                 records.setdefault(base_job_id(record.job_id), []).append(record)
         return cls(stamp, covers, records)
 
+    def status(self, job_id: str) -> JobStatus | None:
+        """The job's full status in the queue (None: not in it)."""
+        return select_job(job_id, self.records.get(base_job_id(job_id), []))
+
 
 class SharedPoller:
-    """One bulk state call per interval for all the jobs its triggers watch."""
+    """At most two calls per interval for all the jobs its triggers watch (see the module's doc)."""
 
     def __init__(self, key: tuple[Any, ...], hook_kwargs: dict[str, Any], interval: float) -> None:
         self.key = key
@@ -106,7 +120,7 @@ class SharedPoller:
         self.interval = interval
         self.watched: Counter[str] = Counter()
         self.unsupported = False
-        self.calls = 0  # bulk calls made (state and queue), for tests and benchmarks
+        self.calls = 0  # bulk calls made (state, queue and requeue causes), for tests and benchmarks
         self.ticks = 0  # answers given to the triggers
         self.client: AsyncSlurmJobApiClient | None = None
         self._ready = asyncio.Lock()
@@ -115,6 +129,8 @@ class SharedPoller:
         self._loop_task: asyncio.Task[None] | None = None
         self._full_reads_left = FULL_READS_PER_TICK
         self._kept = KeptQueue()
+        self._from_queue = False  # some watched job pended at the last tick: read the queue's changes
+        self._requeued: list[tuple[JobStatus, asyncio.Future[str]]] = []  # log lines asked for
 
     async def start(self) -> AsyncSlurmJobApiClient:
         async with self._ready:
@@ -136,6 +152,12 @@ class SharedPoller:
         await ticked.wait()
         return self._tick
 
+    async def requeue_line(self, status: JobStatus) -> str:
+        """The log line of a job seen requeued, its cause read at the next tick with the others'."""
+        line: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._requeued.append((status, line))
+        return await line
+
     async def _poll(self) -> None:
         await asyncio.sleep(GATHER_SECONDS)
         loop = asyncio.get_running_loop()
@@ -143,10 +165,7 @@ class SharedPoller:
             started = loop.time()
             tick = Tick()
             try:
-                statuses = summaries(await self.client.job_states(sorted(self.watched)))
-                tick.active = {job_id: status for job_id, status in statuses.items() if status.is_active}
-                self.calls += 1
-                tick.pending = await self._pending_details(tick.active)
+                tick = await self._read_tick()
             except BulkStateQueryUnsupported as error:
                 log.warning("Polling each Slurm job by itself from now on: %s", error)
                 self.unsupported = True
@@ -160,24 +179,65 @@ class SharedPoller:
                 return
             await asyncio.sleep(max(0.0, self.interval - (loop.time() - started)))
 
-    async def _pending_details(self, active: dict[str, JobStatus]) -> dict[str, JobStatus]:
-        """The full status of each pending job, from the live queue's changes; none if that read fails."""
-        pending = [job_id for job_id, status in active.items() if status.state == "PENDING"]
-        if not pending or self.client is None:
-            return {}
+    async def _read_tick(self) -> Tick:
+        """The next answer to the triggers, and whether the one after is read from the queue."""
+        tick = Tick()
+        await self._read_requeue_causes()  # first: the triggers it answers then wait for this tick
+        await self._read_states(tick)
+        self._from_queue = any(status.state == "PENDING" for status in tick.active.values())
+        return tick
+
+    async def _read_states(self, tick: Tick) -> None:
+        """Fill ``tick``: from the queue's changes while a watched job pends, else from the state
+        list, and then, if it shows a pending job, from the queue's changes for the pending ones."""
+        assert self.client is not None
+        if self._from_queue:
+            kept = await self._read_queue()
+            if kept is not None:
+                statuses = {job_id: kept.status(job_id) for job_id in self.watched}
+                tick.full = {job_id: s for job_id, s in statuses.items() if s is not None and s.is_active}
+                tick.active = dict(tick.full)
+                return
+        statuses = summaries(await self.client.job_states(sorted(self.watched)))
+        self.calls += 1
+        tick.active = {job_id: status for job_id, status in statuses.items() if status.is_active}
+        pending = [job_id for job_id, status in tick.active.items() if status.state == "PENDING"]
+        if pending and not self._from_queue:  # (when it was, the queue read just failed)
+            kept = await self._read_queue()
+            if kept is not None:
+                found = {job_id: kept.status(job_id) for job_id in pending}
+                tick.full = {job_id: status for job_id, status in found.items() if status is not None}
+
+    async def _read_queue(self) -> KeptQueue | None:
+        """The watched jobs' records after the queue's changes since the last answer that listed
+        jobs (the whole queue if a job is watched since); None if the read fails."""
+        assert self.client is not None
         kept = self._kept
-        # a job watched since the last answer that listed jobs is asked for from the whole queue
-        covered = all(base_job_id(job_id) in kept.covers for job_id in pending)
+        covered = all(base_job_id(job_id) in kept.covers for job_id in self.watched)
         try:
             changes = await self.client.queue_changes(kept.stamp if covered else None)
         except SlurmJobApiError as error:
             log.warning("Reading pending Slurm jobs by themselves this interval: %s", error)
-            return {}
+            return None
         self.calls += 1
         if changes.jobs is not None:
             kept = self._kept = KeptQueue.of(changes.last_update, changes.jobs, set(self.watched))
-        details = {job_id: select_job(job_id, kept.records.get(base_job_id(job_id), [])) for job_id in pending}
-        return {job_id: status for job_id, status in details.items() if status is not None}
+        return kept
+
+    async def _read_requeue_causes(self) -> None:
+        """Answer the requeue lines asked for since the last tick, with one accounting read."""
+        asked = self._requeued[:REQUEUE_CAUSES_PER_TICK]
+        if not asked or self.client is None:
+            return
+        del self._requeued[: len(asked)]
+        lines: dict[str, str] = {}
+        try:
+            lines = await self.client.requeue_lines([status for status, _ in asked])
+            self.calls += 1
+        finally:  # a log line never fails a wait: without the read, one without the cause
+            for status, line in asked:
+                if not line.done():  # its trigger may have stopped meanwhile
+                    line.set_result(lines.get(status.job_id) or requeue_line(status, None))
 
     async def close(self) -> None:
         if self._loop_task is not None:
@@ -227,7 +287,7 @@ class SharedJobReader:
         summary = tick.active.get(job_id)
         if summary is None:
             return await self.client.get_job(job_id)
-        detail = tick.pending.get(job_id)
+        detail = tick.full.get(job_id)
         if detail is not None:
             self._last_state, self._owes_full_read = detail.state, False
             return detail
@@ -239,6 +299,12 @@ class SharedJobReader:
         status = await self.client.get_job(job_id)
         self._held_since_read = time.monotonic() if status.held else None
         return status
+
+    async def describe_requeue(self, status: JobStatus) -> str:
+        """The requeue's log line, read with the other requeued jobs' at the poller's next tick."""
+        if self.poller.unsupported:
+            return await self.client.describe_requeue(status)
+        return await self.poller.requeue_line(status)
 
     def _worth_reading_in_full(self, summary: JobStatus) -> bool:
         """Pending when first seen or again (a requeue), or held when last read a while ago."""

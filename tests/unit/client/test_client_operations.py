@@ -336,3 +336,19 @@ def test_queue_changes_says_when_nothing_changed(driver):
     changes = driver.run(operations.queue_changes(API, 1796247641), "jobs_list_update_time_unchanged_held.json")
     assert driver.calls == [("GET", "/slurm/v0.0.42/jobs/?update_time=1796247641")]
     assert changes == operations.QueueChanges(1796247641, None)  # the stamp stays, no jobs
+
+
+def test_queue_changes_logs_no_warning_when_nothing_changed(driver, caplog):
+    with caplog.at_level("INFO"):
+        driver.run(operations.queue_changes(API, 1796247641), "jobs_list_update_time_unchanged_held.json")
+    assert caplog.records == []  # an answer, said every interval: not a warning
+
+
+def test_requeue_lines_read_the_causes_of_many_jobs_at_once(driver):
+    requeued = [JobStatus("328", "PENDING", restarts=1), JobStatus("329", "PENDING", restarts=1)]
+    lines = driver.run(operations.requeue_lines(API, requeued), "slurmdb_jobs_node_down_requeue_by_name.json")
+    assert driver.calls == [("GET", "/slurmdb/v0.0.42/jobs/?step=328&step=329&skip_steps=true")]
+    assert lines == {
+        "328": "Slurm job 328 was requeued (restart 1): NODE_FAIL on node1; it will run again from the start",
+        "329": "Slurm job 329 was requeued (restart 1); it will run again from the start",  # no record yet
+    }

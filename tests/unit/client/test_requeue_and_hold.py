@@ -13,6 +13,7 @@ import pytest
 
 from airflow_provider_slurmapi.client.arrays import select_job, summaries
 from airflow_provider_slurmapi.client.envelope import SlurmReply, read_reply
+from airflow_provider_slurmapi.client.errors import SlurmJobApiError
 from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.client.operations import QueueChanges, describe_requeue, queue_changes
 from airflow_provider_slurmapi.client.paths import SlurmPaths
@@ -242,11 +243,19 @@ def test_a_held_job_is_read_again_every_ten_minutes(slurm_fixture, monkeypatch) 
 
 
 class QueueClient:
-    """Runs the real ``queue_changes`` operation on real replies of ``GET jobs/?update_time=``, in order."""
+    """Runs the real ``queue_changes`` operation on real replies of ``GET jobs/?update_time=``, in
+    order; answers the state list with ``states``; gives requeue lines, counting the calls."""
 
-    def __init__(self, names: list[str]) -> None:
+    def __init__(self, names: list[str], states: dict[str, str] | None = None) -> None:
         self.names = iter(names)
+        self.states = states or {}
         self.asked: list[int | None] = []
+        self.state_calls = 0
+        self.requeue_calls: list[list[str]] = []
+
+    async def job_states(self, job_ids: list[str]) -> dict[str, list[str]]:
+        self.state_calls += 1
+        return {job_id: [self.states[job_id]] for job_id in job_ids if job_id in self.states}
 
     async def queue_changes(self, since: int | None) -> QueueChanges:
         self.asked.append(since)
@@ -259,6 +268,21 @@ class QueueClient:
             return done.value
         raise AssertionError("queue_changes made a second call")
 
+    async def requeue_lines(self, statuses: list[JobStatus]) -> dict[str, str]:
+        self.requeue_calls.append([s.job_id for s in statuses])
+        return {s.job_id: f"line of {s.job_id}" for s in statuses}
+
+
+def shared_poller(client: QueueClient, watched: list[str]) -> SharedPoller:
+    poller = SharedPoller(("k",), {}, 1.0)
+    poller.client = client  # type: ignore[assignment]
+    poller.watched.update(watched)
+    return poller
+
+
+def full(tick: Tick) -> dict[str, tuple[str, str, bool, int]]:
+    return {job_id: (s.state, s.reason, s.held, s.restarts) for job_id, s in tick.full.items()}
+
 
 def test_the_poller_reads_holds_releases_and_requeues_from_the_queue_changes() -> None:
     # real Slurm: 1 held at submit, 7 held while pending; then nothing changed; then 1 released
@@ -269,60 +293,90 @@ def test_the_poller_reads_holds_releases_and_requeues_from_the_queue_changes() -
             "jobs_list_update_time_unchanged_held",
             "jobs_list_update_time_after_release_and_hold",
             "jobs_list_update_time_after_requeue",
-        ]
+        ],
+        {"1": "PENDING", "2": "RUNNING", "5": "PENDING", "6": "PENDING", "7": "PENDING"},
     )
-    poller = SharedPoller(("k",), {}, 1.0)
-    poller.client = client  # type: ignore[assignment]
-    poller.watched.update(["1", "2", "5", "6", "7"])
-
-    def details(pending: list[str]) -> dict[str, tuple[str, bool, int]]:
-        active = {job_id: JobStatus(job_id, "PENDING", source="state") for job_id in pending}
-        found = asyncio.run(poller._pending_details(active))
-        return {job_id: (s.reason, s.held, s.restarts) for job_id, s in found.items()}
-
-    first = details(["1", "5", "6", "7"])
-    assert first == {
-        "1": ("JobHeldUser", True, 0),
-        "5": ("Priority", False, 0),
-        "6": ("Priority", False, 0),
-        "7": ("JobHeldAdmin", True, 0),
+    poller = shared_poller(client, ["1", "2", "5", "6", "7"])
+    first = asyncio.run(poller._read_tick())  # the state list, then the queue for the pending jobs
+    assert full(first) == {
+        "1": ("PENDING", "JobHeldUser", True, 0),
+        "5": ("PENDING", "Priority", False, 0),
+        "6": ("PENDING", "Priority", False, 0),
+        "7": ("PENDING", "JobHeldAdmin", True, 0),
     }
-    assert details(["1", "5", "6", "7"]) == first  # nothing changed: the records kept answer
-    assert details(["1", "5", "6", "7"]) == {
-        "1": ("Resources", False, 0),  # released
-        "5": ("Priority", False, 0),
-        "6": ("JobHeldAdmin", True, 0),  # held once seen pending
-        "7": ("JobHeldAdmin", True, 0),
+    assert first.active["2"].state == "RUNNING"
+    unchanged = asyncio.run(poller._read_tick())  # from now on the queue alone: nothing changed
+    assert full(unchanged) == {**full(first), "2": ("RUNNING", None, False, 0)}
+    assert full(asyncio.run(poller._read_tick())) == {
+        "1": ("PENDING", "Resources", False, 0),  # released
+        "2": ("RUNNING", None, False, 0),
+        "5": ("PENDING", "Priority", False, 0),
+        "6": ("PENDING", "JobHeldAdmin", True, 0),  # held once seen pending
+        "7": ("PENDING", "JobHeldAdmin", True, 0),
     }
-    assert details(["2", "6"]) == {"2": ("BeginTime", False, 1), "6": ("JobHeldAdmin", True, 0)}  # requeued
+    requeued = full(asyncio.run(poller._read_tick()))
+    assert requeued["2"] == ("PENDING", "BeginTime", False, 1) and requeued["1"][0] == "RUNNING"
     assert client.asked == [None, 1796247641, 1796247641, 1796247643]
+    assert client.state_calls == 1 and poller.calls == 5  # one call a tick, two in the first
 
 
-def test_the_poller_makes_no_queue_call_while_no_watched_job_pends() -> None:
-    client = QueueClient([])
-    poller = SharedPoller(("k",), {}, 1.0)
-    poller.client = client  # type: ignore[assignment]
-    poller.watched.update(["2"])
-    assert asyncio.run(poller._pending_details({"2": JobStatus("2", "RUNNING", source="state")})) == {}
-    assert client.asked == []
+def test_the_poller_reads_the_state_list_alone_while_no_watched_job_pends() -> None:
+    client = QueueClient([], {"2": "RUNNING"})
+    poller = shared_poller(client, ["2"])
+    for _ in range(3):
+        assert asyncio.run(poller._read_tick()).full == {}
+    assert client.asked == [] and client.state_calls == 3
 
 
 def test_a_job_watched_later_is_asked_for_from_the_whole_queue() -> None:
-    client = QueueClient(["jobs_list_held_pending_running", "jobs_list_update_time_after_release_and_hold"])
-    poller = SharedPoller(("k",), {}, 1.0)
-    poller.client = client  # type: ignore[assignment]
-    poller.watched.update(["5"])
-    asyncio.run(poller._pending_details({"5": JobStatus("5", "PENDING", source="state")}))
+    client = QueueClient(
+        ["jobs_list_held_pending_running", "jobs_list_update_time_after_release_and_hold"], {"5": "PENDING"}
+    )
+    poller = shared_poller(client, ["5"])
+    asyncio.run(poller._read_tick())
     poller.watched.update(["7"])  # a trigger joined: 7 was not kept from the first answer
-    found = asyncio.run(poller._pending_details({j: JobStatus(j, "PENDING", source="state") for j in ("5", "7")}))
+    found = asyncio.run(poller._read_tick())
     assert client.asked == [None, None]
-    assert found["7"].held is True
+    assert found.full["7"].held is True
+
+
+def test_the_requeue_lines_asked_for_in_a_tick_come_with_one_call_at_the_next() -> None:
+    client = QueueClient([], {"2": "RUNNING", "3": "RUNNING"})
+    poller = shared_poller(client, ["2", "3"])
+
+    async def scenario() -> list[str]:
+        asking = [
+            asyncio.ensure_future(poller.requeue_line(JobStatus(j, "PENDING", restarts=1))) for j in ("2", "3")
+        ]
+        await asyncio.sleep(0)
+        await poller._read_tick()
+        return list(await asyncio.gather(*asking))
+
+    assert asyncio.run(scenario()) == ["line of 2", "line of 3"]
+    assert client.requeue_calls == [["2", "3"]] and client.state_calls == 1
+
+
+def test_a_requeue_line_whose_read_failed_comes_without_its_cause() -> None:
+    class Failing(QueueClient):
+        async def requeue_lines(self, statuses: list[JobStatus]) -> dict[str, str]:
+            raise SlurmJobApiError("accounting is down")
+
+    poller = shared_poller(Failing([], {"2": "PENDING"}), ["2"])
+
+    async def scenario() -> str:
+        asking = asyncio.ensure_future(poller.requeue_line(JobStatus("2", "PENDING", restarts=1)))
+        await asyncio.sleep(0)
+        with pytest.raises(SlurmJobApiError):
+            await poller._read_tick()
+        return await asking
+
+    assert asyncio.run(scenario()) == "Slurm job 2 was requeued (restart 1); it will run again from the start"
 
 
 def test_the_shared_reader_takes_a_pending_job_from_the_queue_without_reading_it() -> None:
     held = JobStatus("9", "PENDING", reason="JobHeldUser", held=True)
     summary = JobStatus("9", "PENDING", source="state")
     client = FakeClient([])
-    reader = SharedJobReader(FakePoller([Tick(active={"9": summary}, pending={"9": held})]), client)  # type: ignore[arg-type]
+    reader = SharedJobReader(FakePoller([Tick(active={"9": summary}, full={"9": held})]), client)  # type: ignore[arg-type]
     assert asyncio.run(reader.next_status("9")) is held
     assert client.reads == 0
