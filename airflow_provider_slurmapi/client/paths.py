@@ -105,10 +105,12 @@ class SlurmPaths:
         return [self.job_states(chunk) for chunk in chunks if chunk]
 
     def accounting_jobs_of(self, job_ids: list[object]) -> str:
-        """Accounting's records of ``job_ids`` (every run of each, as ``sacct -j``), without steps."""
-        # repeated like job_states: real slurmrestd answers 400 to a comma-separated list
+        """Accounting's records of ``job_ids`` (``sacct -j``): every run of each, without steps."""
+        # repeated like job_states: real slurmrestd answers 400 to a comma-separated list; without
+        # show_duplicates a requeued job's ended runs are left out
         ids = [("step", validate_job_id(j)) for j in job_ids]
-        return f"/slurmdb/{self.api_version}/jobs/?" + urlencode([*ids, ("skip_steps", "true")])
+        flags = [("skip_steps", "true"), ("show_duplicates", "true")]
+        return f"/slurmdb/{self.api_version}/jobs/?" + urlencode([*ids, *flags])
 
     def accounting_jobs(self, name: str | None = None) -> str:
         path = f"/slurmdb/{self.api_version}/jobs/"

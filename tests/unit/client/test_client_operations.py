@@ -345,10 +345,11 @@ def test_queue_changes_logs_no_warning_when_nothing_changed(driver, caplog):
 
 
 def test_requeue_lines_read_the_causes_of_many_jobs_at_once(driver):
-    requeued = [JobStatus("328", "PENDING", restarts=1), JobStatus("329", "PENDING", restarts=1)]
-    lines = driver.run(operations.requeue_lines(API, requeued), "slurmdb_jobs_node_down_requeue_by_name.json")
-    assert driver.calls == [("GET", "/slurmdb/v0.0.42/jobs/?step=328&step=329&skip_steps=true")]
+    # real Slurm: 59 requeued (scontrol requeue) and pending again, 60 running; 61 not in accounting yet
+    requeued = [JobStatus(j, "PENDING", restarts=1) for j in ("59", "61")]
+    lines = driver.run(operations.requeue_lines(API, requeued), "slurmdb_jobs_by_id_requeued.json")
+    assert driver.calls == [("GET", "/slurmdb/v0.0.42/jobs/?step=59&step=61&skip_steps=true&show_duplicates=true")]
     assert lines == {
-        "328": "Slurm job 328 was requeued (restart 1): NODE_FAIL on node1; it will run again from the start",
-        "329": "Slurm job 329 was requeued (restart 1); it will run again from the start",  # no record yet
+        "59": "Slurm job 59 was requeued (restart 1): REQUEUED on node1; it will run again from the start",
+        "61": "Slurm job 61 was requeued (restart 1); it will run again from the start",
     }

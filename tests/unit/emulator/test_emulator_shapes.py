@@ -150,6 +150,8 @@ def queue_changes(api: Api, cwd: str) -> dict[str, tuple[int, dict[str, Any]]]:
         assert time.monotonic() < deadline, "the requeued job never pended for BeginTime"
         time.sleep(0.1)
     changes("jobs_list_update_time_after_requeue.json", stamp)
+    by_id = f"step={ids['requeued']}&step={ids['held_at_submit']}&skip_steps=true&show_duplicates=true"
+    got["slurmdb_jobs_by_id_requeued.json"] = api.call("GET", f"/slurmdb/v0.0.42/jobs/?{by_id}")
     for job_id in ids.values():
         api.call("DELETE", f"/slurm/v0.0.42/job/{job_id}")
     return got
@@ -209,6 +211,7 @@ COMPARED = [
     "jobs_list_update_time_unchanged_held.json",
     "jobs_list_update_time_after_release_and_hold.json",
     "jobs_list_update_time_after_requeue.json",
+    "slurmdb_jobs_by_id_requeued.json",
 ]
 
 
@@ -255,3 +258,12 @@ def test_the_queue_changes_show_holds_releases_and_requeues_as_real_slurm(
     assert got["last_update"]["set"] is True and bool(got["last_update"]["number"]) == bool(expected["jobs"])
     real = roles(expected["jobs"], {job_id: role for role, job_id in QUEUE_ROLES.items()})
     assert roles(got["jobs"], {}) == real
+
+
+def test_accounting_by_job_id_gives_every_run_as_real_slurm(replies: dict[str, tuple[int, dict[str, Any]]]) -> None:
+    def runs(reply: dict[str, Any]) -> list[tuple[list[str], int, int]]:
+        return [(j["state"]["current"], j["restart_cnt"], len(j["steps"])) for j in reply["jobs"]]
+
+    # the requeued job's ended run and its new one, and a running job (ours has the lower ID); no steps
+    got, real = runs(replies["slurmdb_jobs_by_id_requeued.json"][1]), runs(load_fixture("slurmdb_jobs_by_id_requeued.json"))
+    assert sorted(got) == sorted(real)
