@@ -31,7 +31,7 @@ def test_one_call_repeats_the_parameter() -> None:
 
 
 def test_a_long_list_is_split_into_calls_that_fit() -> None:
-    job_ids = [str(1_000_000 + n) for n in range(2500)]
+    job_ids = [str(1_000_000 + n) for n in range(7500)]
     op = operations.job_states(API, job_ids)
     request, asked = next(op), []
     while True:
