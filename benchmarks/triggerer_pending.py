@@ -12,7 +12,7 @@ Each phase runs in a fresh process against a fresh emulator process whose jobs r
   (so the queue changes every interval, as on a busy cluster).
 
     python -m benchmarks.triggerer_pending                  # N = 1000, Q = 5000, 5 s interval
-    python -m benchmarks.triggerer_pending --quick          # N = 50, Q = 250, 1 s interval
+    python -m benchmarks.triggerer_pending --quick          # N = 30, Q = 150, 1 s interval
     python -m benchmarks.triggerer_pending --phases holds --modes shared
 """
 
@@ -65,12 +65,16 @@ class Meter:
     def __init__(self) -> None:
         from airflow_provider_slurmapi.client import aio, wait_policy
 
-        self.calls: list[tuple[float, int]] = []  # (when, reply bytes)
+        from airflow_provider_slurmapi.triggers import polling
+
+        self.calls: list[tuple[float, int, int | None]] = []  # (when, reply bytes, shared poller's tick)
         self.seen: dict[tuple[str, str], float] = {}  # (job, "held" / "released" / "requeued") -> when
         read_reply, judge = aio.read_reply, wait_policy.JobWaitPolicy.judge
 
         def counting_read_reply(request: Any, status: int, text: str) -> Any:
-            self.calls.append((time.time(), len(text.encode())))
+            pollers = polling.active_pollers()
+            tick = getattr(pollers[0], "ticks", None) if pollers else None
+            self.calls.append((time.time(), len(text.encode()), tick))
             return read_reply(request, status, text)
 
         def noting_judge(policy: Any, status: Any, now: float) -> Any:
@@ -88,12 +92,12 @@ class Meter:
         wait_policy.JobWaitPolicy.judge = noting_judge  # type: ignore[method-assign]
 
     def per_interval(self, start: float, end: float, interval: float) -> tuple[float, float, float]:
-        """Mean calls and bytes per interval in [start, end), and the most calls in one interval
-        (intervals counted from ``start``)."""
-        inside = [(t, b) for t, b in self.calls if start <= t < end]
+        """Mean calls and bytes per interval in [start, end), and the most calls in one interval:
+        in one tick of the shared poller, else in one interval counted from ``start``."""
+        inside = [(t, b, tick) for t, b, tick in self.calls if start <= t < end]
         intervals = max((end - start) / interval, 1e-9)
-        per = Counter(int((t - start) // interval) for t, _ in inside)
-        return len(inside) / intervals, sum(b for _, b in inside) / intervals, max(per.values(), default=0)
+        per = Counter(tick if tick is not None else f"w{int((t - start) // interval)}" for t, _, tick in inside)
+        return len(inside) / intervals, sum(b for _, b, _ in inside) / intervals, max(per.values(), default=0)
 
     def delays(self, kind: str, jobs: list[str], since: float) -> list[float]:
         return [self.seen[(j, kind)] - since for j in jobs if (j, kind) in self.seen]
@@ -178,7 +182,7 @@ def delay_cell(figures: dict[str, Any], kind: str, interval: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="N = 50, Q = 250 at a 1 s interval")
+    parser.add_argument("--quick", action="store_true", help="N = 30, Q = 150 at a 1 s interval")
     parser.add_argument("-n", type=int, default=None, help="jobs of ours per phase (default 1000)")
     parser.add_argument("--queue", type=int, default=None, help="other jobs in the busy queue (default 5000)")
     parser.add_argument("--interval", type=float, default=None, help="poll interval, seconds (default 5)")
@@ -192,13 +196,16 @@ def main() -> None:
         figures = asyncio.run(watch_phase(phase, int(count), int(others), float(interval), mode == "shared"))
         print(json.dumps(figures))
         return
-    count = args.n or (50 if args.quick else 1000)
-    others = args.queue or (250 if args.quick else 5000)
+    count = args.n or (30 if args.quick else 1000)
+    others = args.queue or (150 if args.quick else 5000)
     interval = args.interval or (1.0 if args.quick else 5.0)
-    rows = []
+    rows, shared_worst, unseen = [], 0, 0
     for phase in args.phases:
         for mode in args.modes:
             figures = measure(phase, count, others, interval, mode == "shared")
+            if mode == "shared":
+                shared_worst = max(shared_worst, int(figures["worst"]))
+                unseen += sum(found["of"] - found["seen"] for found in figures["delays"].values())
             rows.append(
                 [
                     phase,
@@ -223,6 +230,11 @@ def main() -> None:
     )
     print(markdown_table(headers, rows))
     print()
+    if "shared" in args.modes:
+        verdict = "held" if shared_worst <= 2 else "NOT held"
+        print(f"Limit: shared polling API calls per interval <= 2 in every phase: {verdict} (at most {shared_worst})")
+        verdict = "held" if unseen == 0 else "NOT held"
+        print(f"Limit: every hold, release and requeue reported by shared polling: {verdict} ({unseen} missed)")
     print(machine_line())
 
 

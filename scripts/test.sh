@@ -12,25 +12,45 @@ cd "$(dirname "$0")/.."
 scripts/setup-env.sh "${ENV_AIRFLOW_3_3[0]}" "${ENV_AIRFLOW_3_3[2]}"
 scripts/setup-browser.sh
 
-status=0
-.venv/bin/python -m pytest "$@" || status=$?
-[ "${MATRIX:-yes}" != no ] || exit "$status"
-
 paths=() options=()
 for arg in "$@"; do
     if [ -e "${arg%%::*}" ]; then paths+=("$arg"); else options+=("$arg"); fi
 done
 
+# install ENV EXTRAS: installs the environment if needed (RESOLUTION: see setup-env.sh)
+install() {
+    local -n env=$1
+    RESOLUTION=${RESOLUTION:-highest} PYTHON=${env[1]} scripts/setup-env.sh "${env[0]}" "${env[2]}" "${env[3]}" "$2"
+}
 # run ENV EXTRAS PYTEST_ARGS...: installs the environment if needed, then runs pytest in it
 run() {
     local -n env=$1
-    local extras=$2
+    install "$1" "$2" || { status=1; return; }
     shift 2
-    RESOLUTION=${RESOLUTION:-highest} PYTHON=${env[1]} \
-        scripts/setup-env.sh "${env[0]}" "${env[2]}" "${env[3]}" "$extras" || { status=1; return; }
     echo "== $1 ($("${env[0]}/bin/python" -c 'import sys, airflow; print(f"Python {sys.version.split()[0]}, Airflow {airflow.__version__}")')): ${*:2}"
     "${env[0]}/bin/python" -m pytest "${options[@]}" "${@:2}" || status=$?
 }
+# The other environments are installed while the Airflow 3.3 suite runs (which mostly waits on
+# Airflow and Slurm processes); a failed install is tried again, and reported, by its run.
+prefetch() {
+    [ "${AIRFLOW2:-yes}" = no ] || install ENV_AIRFLOW_2_11 test,deployment
+    [ ${#paths[@]} -gt 0 ] && return
+    install ENV_AIRFLOW_3_2 test,deployment
+    install ENV_AIRFLOW_3_1 test,deployment
+    RESOLUTION=lowest-direct install ENV_LOWEST test
+    if "${ENV_PYTHON_3_13[1]}" -c '' 2> /dev/null; then install ENV_PYTHON_3_13 test; fi
+}
+
+status=0
+prefetching=
+if [ "${MATRIX:-yes}" != no ]; then
+    prefetch > /dev/null 2>&1 &
+    prefetching=$!
+fi
+.venv/bin/python -m pytest "$@" || status=$?
+[ -n "$prefetching" ] || exit "$status"
+wait "$prefetching" || true
+
 # real Slurm's replies do not depend on the Airflow version (checked on Airflow 3.3)
 not_real=(-m "not real_slurm")
 # what depends on the Airflow version, and the deployment test of each version's kill path

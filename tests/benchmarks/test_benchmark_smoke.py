@@ -46,3 +46,21 @@ def test_output_tail_quick_stays_within_its_limits() -> None:
     assert limits[0].startswith("Limit: storage requests per tail read <= 2: held"), result.stdout
     assert limits[1].startswith("Limit: response body bytes per tail read <= 2 x output_tail_bytes"), result.stdout
     assert ": held (" in limits[1], result.stdout
+
+
+def test_triggerer_pending_quick_stays_within_its_limits() -> None:
+    """Shared polling makes at most 2 calls in any tick of any phase, and reports every hold,
+    release and requeue played (counts)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.triggerer_pending", "--quick", "--modes", "shared", "--phases", "holds",
+         "requeue storm"],  # fmt: skip
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert sum(line.startswith("| ") for line in lines) == 2 + 2, result.stdout  # header, rule, 2 phases
+    limits = [line for line in lines if line.startswith("Limit: ")]
+    assert len(limits) == 2 and all(": held (" in line for line in limits), result.stdout
