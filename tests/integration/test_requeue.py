@@ -53,7 +53,7 @@ async def test_the_trigger_follows_a_requeued_job_to_its_last_run(
     assert len(lines) == 1 and "(restart 1): NODE_FAIL on " in lines[0], lines
 
 
-async def test_the_shared_trigger_reports_a_hold_it_cannot_see_in_the_bulk_answer(
+async def test_the_shared_trigger_reports_a_hold_at_submit_once(
     slurm_connection: str, emulator: Emulator, task_log
 ) -> None:
     hook = SlurmJobApiHook()
@@ -64,7 +64,7 @@ async def test_the_shared_trigger_reports_a_hold_it_cannot_see_in_the_bulk_answe
     event = await first_event(trigger, 30)
     assert event["status"] == "timeout"
     held = lines_with(task_log(), "held: it will not start until released")
-    assert len(held) == 1 and "reason: JobHeldUser" in held[0], held  # once in ~10 reads
+    assert len(held) == 1 and "reason: JobHeldUser" in held[0], held  # once in ~10 ticks
     hook.cancel_job(job_id)
 
 
