@@ -53,9 +53,14 @@ def submit(count: int, *, pending: bool, name: str = "bench") -> list[str]:
     return [hook.submit_job(job, "#!/bin/bash\ntrue\n") for _ in range(count)]
 
 
-def control(emulator_url: str, job_id: str, action: str) -> None:
-    url = f"{emulator_url}/emulator/v1/{PROJECT}/{REGION}/{CLUSTER}/jobs/{job_id}:{action}"
-    urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=30).read()
+def control(emulator_url: str, job_ids: list[str], action: str) -> dict[str, float]:
+    """Play ``action`` on each job; when each was played."""
+    played = {}
+    for job_id in job_ids:
+        url = f"{emulator_url}/emulator/v1/{PROJECT}/{REGION}/{CLUSTER}/jobs/{job_id}:{action}"
+        urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=30).read()
+        played[job_id] = time.time()
+    return played
 
 
 class Meter:
@@ -99,8 +104,8 @@ class Meter:
         per = Counter(tick if tick is not None else f"w{int((t - start) // interval)}" for t, _, tick in inside)
         return len(inside) / intervals, sum(b for _, b, _ in inside) / intervals, max(per.values(), default=0)
 
-    def delays(self, kind: str, jobs: list[str], since: float) -> list[float]:
-        return [self.seen[(j, kind)] - since for j in jobs if (j, kind) in self.seen]
+    def delays(self, kind: str, played: dict[str, float]) -> list[float]:
+        return [self.seen[(j, kind)] - at for j, at in played.items() if (j, kind) in self.seen]
 
 
 async def watch_phase(phase: str, count: int, others: int, interval: float, shared: bool) -> dict[str, Any]:
@@ -121,7 +126,7 @@ async def watch_phase(phase: str, count: int, others: int, interval: float, shar
     runs = [t.run() for t in triggers]
     waits = [asyncio.ensure_future(r.__anext__()) for r in runs]
     start, cpu_start = time.time(), time.process_time()
-    played: dict[str, float] = {}
+    played: dict[str, dict[str, float]] = {}  # action -> job -> when
     targets = (pending[::10] if phase == "holds" else running[::5] if phase == "requeue storm" else [])
     for n in range(MEASURED_INTERVALS):
         await asyncio.sleep(max(0.0, start + (n + 1) * interval - time.time()))
@@ -130,8 +135,7 @@ async def watch_phase(phase: str, count: int, others: int, interval: float, shar
         action = {("holds", EVENT_AT): "hold", ("holds", RELEASE_AT): "release"}.get((phase, n + 1))
         action = action or ("requeue" if (phase, n + 1) == ("requeue storm", EVENT_AT) else None)
         if action:
-            await loop.run_in_executor(None, lambda a=action: [control(emulator_url, j, a) for j in targets])
-            played[action] = time.time()
+            played[action] = await loop.run_in_executor(None, control, emulator_url, targets, action)
     end, cpu_used = time.time(), time.process_time() - cpu_start
     for wait in waits:
         wait.cancel()
@@ -144,7 +148,7 @@ async def watch_phase(phase: str, count: int, others: int, interval: float, shar
     }  # fmt: skip
     for action, kind in (("hold", "held"), ("release", "released"), ("requeue", "requeued")):
         if action in played:
-            delays = meter.delays(kind, targets, played[action])
+            delays = meter.delays(kind, played[action])
             figures["delays"][kind] = {
                 "seen": len(delays), "of": len(targets),
                 "p50": percentile(delays, 50), "max": max(delays, default=float("nan")),
