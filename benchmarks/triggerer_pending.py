@@ -31,7 +31,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import CLUSTER, PROJECT, REGION, REPO_ROOT, machine_line, markdown_table, use_private_airflow_home
+from benchmarks.common import (
+    CLUSTER,
+    PROJECT,
+    REGION,
+    REPO_ROOT,
+    machine_line,
+    markdown_table,
+    use_private_airflow_home,
+)
 from benchmarks.triggerer_scale import percentile, start_emulator
 
 PHASES = ("startup", "holds", "requeue storm", "pending + running", "busy queue")
@@ -69,7 +77,6 @@ class Meter:
 
     def __init__(self) -> None:
         from airflow_provider_slurmapi.client import aio, wait_policy
-
         from airflow_provider_slurmapi.triggers import polling
 
         self.calls: list[tuple[float, int, int | None]] = []  # (when, reply bytes, shared poller's tick)
@@ -127,7 +134,7 @@ async def watch_phase(phase: str, count: int, others: int, interval: float, shar
     waits = [asyncio.ensure_future(r.__anext__()) for r in runs]
     start, cpu_start = time.time(), time.process_time()
     played: dict[str, dict[str, float]] = {}  # action -> job -> when
-    targets = (pending[::10] if phase == "holds" else running[::5] if phase == "requeue storm" else [])
+    targets = pending[::10] if phase == "holds" else running[::5] if phase == "requeue storm" else []
     for n in range(MEASURED_INTERVALS):
         await asyncio.sleep(max(0.0, start + (n + 1) * interval - time.time()))
         if phase == "busy queue":

@@ -194,8 +194,8 @@ class SharedPoller:
         if self._from_queue:
             kept = await self._read_queue()
             if kept is not None:
-                statuses = {job_id: kept.status(job_id) for job_id in self.watched}
-                tick.full = {job_id: s for job_id, s in statuses.items() if s is not None and s.is_active}
+                records = {job_id: kept.status(job_id) for job_id in self.watched}
+                tick.full = {job_id: s for job_id, s in records.items() if s is not None and s.is_active}
                 tick.active = dict(tick.full)
                 return
         statuses = summaries(await self.client.job_states(sorted(self.watched)))

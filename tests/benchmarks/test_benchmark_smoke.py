@@ -52,8 +52,17 @@ def test_triggerer_pending_quick_stays_within_its_limits() -> None:
     """Shared polling makes at most 2 calls in any tick of any phase, and reports every hold,
     release and requeue played (counts)."""
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.triggerer_pending", "--quick", "--modes", "shared", "--phases", "holds",
-         "requeue storm"],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.triggerer_pending",
+            "--quick",
+            "--modes",
+            "shared",
+            "--phases",
+            "holds",
+            "requeue storm",
+        ],  # fmt: skip
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

@@ -345,9 +345,7 @@ def test_the_requeue_lines_asked_for_in_a_tick_come_with_one_call_at_the_next() 
     poller = shared_poller(client, ["2", "3"])
 
     async def scenario() -> list[str]:
-        asking = [
-            asyncio.ensure_future(poller.requeue_line(JobStatus(j, "PENDING", restarts=1))) for j in ("2", "3")
-        ]
+        asking = [asyncio.ensure_future(poller.requeue_line(JobStatus(j, "PENDING", restarts=1))) for j in ("2", "3")]
         await asyncio.sleep(0)
         await poller._read_tick()
         return list(await asyncio.gather(*asking))

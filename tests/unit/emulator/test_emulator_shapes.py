@@ -122,8 +122,9 @@ def queue_changes(api: Api, cwd: str) -> dict[str, tuple[int, dict[str, Any]]]:
     later = {"set": True, "number": int(time.time()) + 3600}
     job = {"current_working_directory": cwd, "begin_time": later}
     ids = {
-        "held_at_submit": api.submit("#!/bin/bash\nsleep 60\n", name="held_at_submit", hold=True,
-                                     current_working_directory=cwd),  # fmt: skip
+        "held_at_submit": api.submit(
+            "#!/bin/bash\nsleep 60\n", name="held_at_submit", hold=True, current_working_directory=cwd
+        ),  # fmt: skip
         "held_while_pending": api.submit("#!/bin/bash\ntrue\n", name="held_while_pending", **job),
         "held_later": api.submit("#!/bin/bash\ntrue\n", name="held_later", **job),
         "requeued": api.submit("#!/bin/bash\nsleep 60\n", name="requeued", current_working_directory=cwd),
@@ -237,9 +238,10 @@ def test_reply_matches_real_slurm_shape(replies: dict[str, tuple[int, dict[str, 
         assert steps == [(s["state"], s["exit_code"]["status"]) for s in expected["jobs"][0]["steps"]]
 
 
-@pytest.mark.parametrize("fixture", [name for name in COMPARED if name.startswith("jobs_list_update_time_")] + [
-    "jobs_list_held_pending_running.json"
-])
+@pytest.mark.parametrize(
+    "fixture",
+    [name for name in COMPARED if name.startswith("jobs_list_update_time_")] + ["jobs_list_held_pending_running.json"],
+)
 def test_the_queue_changes_show_holds_releases_and_requeues_as_real_slurm(
     replies: dict[str, tuple[int, dict[str, Any]]], fixture: str
 ) -> None:
@@ -265,5 +267,8 @@ def test_accounting_by_job_id_gives_every_run_as_real_slurm(replies: dict[str, t
         return [(j["state"]["current"], j["restart_cnt"], len(j["steps"])) for j in reply["jobs"]]
 
     # the requeued job's ended run and its new one, and a running job (ours has the lower ID); no steps
-    got, real = runs(replies["slurmdb_jobs_by_id_requeued.json"][1]), runs(load_fixture("slurmdb_jobs_by_id_requeued.json"))
+    got, real = (
+        runs(replies["slurmdb_jobs_by_id_requeued.json"][1]),
+        runs(load_fixture("slurmdb_jobs_by_id_requeued.json")),
+    )
     assert sorted(got) == sorted(real)
