@@ -154,9 +154,9 @@ async def test_a_hold_and_a_release_of_a_job_seen_pending_show_at_the_next_tick(
     watching = [asyncio.ensure_future(t.__anext__()) for t in triggers]
 
     async def ticks_until(text: str) -> int:
-        """Ticks of the poller until the task log shows ``text`` (about job_id)."""
+        """Ticks of the poller until the trigger's log shows ``text`` about job_id (not the emulator's)."""
         start, log = poller.ticks, ""
-        while not [line for line in log.splitlines() if f"job {job_id}" in line and text in line]:
+        while not [line for line in log.splitlines() if f"Slurm job {job_id} " in line and text in line]:
             assert poller.ticks - start < 20, log
             await asyncio.sleep(INTERVAL / 5)
             log += task_log()
