@@ -124,6 +124,13 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_provider_slurmapi.sensors.job"],
             }
         ],
+        "task-decorators": [
+            {"name": "slurm", "class-name": "airflow_provider_slurmapi.decorators.slurm.slurm_task"},
+            {
+                "name": "slurm_python",
+                "class-name": "airflow_provider_slurmapi.decorators.slurm_python.slurm_python_task",
+            },
+        ],
         "extra-links": ["airflow_provider_slurmapi.links.SlurmJobOutputLink"],
         "triggers": [
             {

@@ -7,6 +7,8 @@ they were built with.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def get_base_airflow_version_tuple() -> tuple[int, int, int]:
     from airflow import __version__
@@ -39,3 +41,12 @@ def mask_secret(value: str) -> None:
         mask(value)
         return
     raise ImportError("no secrets masker found in this Airflow")
+
+
+def determine_kwargs(function: Any, args: Any, context: Any) -> Any:
+    """The keyword arguments TaskFlow passes ``function``: its own, and the context values it names."""
+    try:
+        from airflow.sdk.bases.decorator import determine_kwargs as determine  # Airflow 3.2+
+    except ImportError:
+        from airflow.utils.operator_helpers import determine_kwargs as determine  # Airflow 2, 3.1
+    return determine(function, args, context)

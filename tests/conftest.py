@@ -12,7 +12,7 @@ import pytest
 from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
 from tests import real_slurm as real_slurm_support
 from tests.real_slurm import RealSlurm
-from tests.storage import storage_stand_in
+from tests.storage import BUCKET, storage_stand_in
 
 PROJECT, REGION, CLUSTER = "test-project", "us-central1", "test-cluster"
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm-24.11.5"
@@ -56,8 +56,8 @@ def slurm_connection(emulator: Emulator, monkeypatch: pytest.MonkeyPatch) -> str
 @pytest.fixture(scope="module")
 def storage_host() -> Iterator[str]:
     """A Cloud Storage stand-in for the module's tests: its URL, for STORAGE_EMULATOR_HOST and the
-    emulator's output mount."""
-    with storage_stand_in() as stand_in:
+    emulator's output mount, with the output bucket created (as a real deployment has it)."""
+    with storage_stand_in(bucket=BUCKET) as stand_in:
         yield stand_in.url
 
 

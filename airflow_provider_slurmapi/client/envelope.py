@@ -49,10 +49,17 @@ class SlurmCall:
 
     def encode(self) -> bytes:
         """The request body as sent, refused when it reaches the API's size limit."""
-        data = json.dumps(self.envelope(), separators=(",", ":")).encode()
+        data = self._bytes()
         if len(data) >= MAX_REQUEST_BYTES:
             raise RequestTooLargeError(len(data), MAX_REQUEST_BYTES)
         return data
+
+    def fits(self) -> bool:
+        """Whether the request stays under the API's size limit."""
+        return len(self._bytes()) < MAX_REQUEST_BYTES
+
+    def _bytes(self) -> bytes:
+        return json.dumps(self.envelope(), separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True)

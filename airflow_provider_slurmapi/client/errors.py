@@ -32,8 +32,9 @@ class RequestTooLargeError(InvalidRequestError):
         super().__init__(
             "request",
             f"the request is {size:,} bytes; the Slurm Job API accepts requests under {limit:,} bytes. "
-            "Put large scripts or data on the cluster's shared storage and submit a short wrapper "
-            "script that calls them.",
+            "Set output_uri and output_cluster_path (on the task or the connection) to have a large "
+            "script staged there and run through a short wrapper, or put large scripts or data on the "
+            "cluster's shared storage and submit a short wrapper script that calls them.",
         )
         self.size = size
         self.limit = limit

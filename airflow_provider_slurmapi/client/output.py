@@ -84,12 +84,17 @@ class OutputSettings:
     ) -> tuple[str, str]:
         """``standard_output`` and ``standard_error`` of one try, under ``cluster_path``:
         ``{dag}/{run}/{task}[/map-{index}]/try-{n}/{job}.out`` (Slurm creates the directories)."""
+        folder = self.per_try_folder(dag_id, run_id, task_id, map_index, try_number)
+        stem = posixpath.join(folder, "%A_%a" if array else "%j")
+        return f"{stem}.out", f"{stem}.err"
+
+    def per_try_folder(self, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> str:
+        """Where one try's files go, under ``cluster_path``: ``{dag}/{run}/{task}[/map-{index}]/try-{n}``."""
         if not self.cluster_path:
             raise ValueError("output_cluster_path is not set")
         parts = [dag_id, run_id, task_id] + ([f"map-{map_index}"] if map_index is not None and map_index >= 0 else [])
         folder = posixpath.join(self.cluster_path, *(safe_segment(part)[:MAX_SEGMENT] for part in parts))
-        stem = posixpath.join(folder, f"try-{int(try_number)}", "%A_%a" if array else "%j")
-        return f"{stem}.out", f"{stem}.err"
+        return posixpath.join(folder, f"try-{int(try_number)}")
 
     def is_under_cluster_path(self, path: str) -> bool:
         if not self.cluster_path:

@@ -11,6 +11,7 @@ reader that saw the job end finds its output.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import posixpath
@@ -90,6 +91,8 @@ class MountingBackend(SlurmBackend):
         await self.inner.close()
 
     async def handle(self, request: SlurmRequest) -> SlurmAnswer:
+        if request.method == "POST" and request.path.endswith("/job/submit"):
+            await asyncio.to_thread(self.fetch)  # what Airflow staged in the bucket, seen by the job
         status, reply = await self.inner.handle(request)
         if request.method == "GET" and isinstance(reply, dict):
             files = [path for job in reply.get("jobs") or [] if isinstance(job, dict) for path in _ended_outputs(job)]
@@ -97,16 +100,40 @@ class MountingBackend(SlurmBackend):
                 await asyncio.to_thread(self.publish, files)
         return status, reply
 
+    def fetch(self) -> None:
+        """Download the mounted prefix's objects missing under the directory (as FUSE shows them)."""
+        parts = urlsplit(self.mount.uri)
+        prefix = parts.path.strip("/")
+        try:
+            blobs = list(self._bucket(parts.netloc).list_blobs(prefix=f"{prefix}/" if prefix else None))
+        except Exception as error:  # the stand-in down: the job will not find the file
+            log.warning("could not list %s: %s", self.mount.uri, error)
+            return
+        for blob in blobs:
+            relative = blob.name[len(prefix) :].lstrip("/") if prefix else blob.name
+            local = self.mount.local_path(posixpath.join(self.mount.cluster_dir, relative))
+            if os.path.exists(local):
+                continue
+            os.makedirs(os.path.dirname(local), exist_ok=True)
+            blob.download_to_filename(local)
+            self._published[local] = (os.stat(local).st_size, os.stat(local).st_mtime)
+            log.info("fetched gs://%s/%s to %s", parts.netloc, blob.name, local)
+
     def publish(self, cluster_paths: list[str]) -> None:
-        """Upload each file that is under the mount and new or changed since its last upload."""
-        for cluster_path in dict.fromkeys(cluster_paths):
+        """Upload each file that is under the mount and new or changed since its last upload, and
+        the other files beside it (a job's result next to its output, as FUSE uploads every file)."""
+        beside = []
+        for cluster_path in cluster_paths:
+            folder = self.mount.local_path(posixpath.dirname(cluster_path))
+            with contextlib.suppress(OSError):
+                beside += [posixpath.join(posixpath.dirname(cluster_path), name) for name in sorted(os.listdir(folder))]
+        for cluster_path in dict.fromkeys(cluster_paths + beside):
             target = self.mount.object_of(cluster_path)
             local = self.mount.local_path(cluster_path)
-            try:
-                stat = os.stat(local)
-            except OSError:
-                continue  # never written (a job cancelled while pending)
-            if target is None or self._published.get(local) == (stat.st_size, stat.st_mtime):
+            if target is None or not os.path.isfile(local):
+                continue  # not under the mount, or never written (a job cancelled while pending)
+            stat = os.stat(local)
+            if self._published.get(local) == (stat.st_size, stat.st_mtime):
                 continue
             bucket, name = target
             try:

@@ -38,6 +38,8 @@ from airflow_provider_slurmapi.get_provider_info import CONN_TYPE, DEFAULT_CONN_
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
+    from airflow_provider_slurmapi.hooks.object_store import ObjectStore
+
 
 def _sleep(seconds: float) -> bool:
     time.sleep(seconds)
@@ -198,6 +200,37 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
         source, records_read = records or self.job_records(job_id)
         reader = OutputReader(settings, gcs_hook=self._gcs_hook, principal=self._principal)
         return reader.tails(output_files(records_read, source=source))
+
+    def fit_script(self, job: dict[str, Any], script: str, settings: OutputSettings) -> str:
+        """The script to submit: itself when the request stays under the API's limit; otherwise
+        staged once per content hash under ``settings``' output location, which the nodes see, and a
+        short wrapper that runs it from there. Without an output location, the submit's own error
+        (which names the two settings) is raised now, before anything is sent."""
+        from airflow_provider_slurmapi.client.staging import StagedScript, submit_call
+
+        call = submit_call(job, script, self.settings.paths)
+        if call.fits() or not settings.readable:
+            call.encode()  # too large and nowhere to stage it: the error, before anything is sent
+            return script
+        staged = StagedScript.plan(script, settings)
+        written = self._object_store().write_once(staged.location, staged.data)
+        self.log.info(
+            "The batch script (%s bytes) is too large for the request: %s %s; submitting a wrapper that runs %s",
+            f"{len(staged.data):,}",
+            "staged at" if written else "already staged at",
+            staged.location,
+            staged.cluster_file,
+        )
+        return staged.wrapper
+
+    def read_object(self, location: str, wait: float) -> bytes:
+        """A whole object at the output location (``gs://`` or ``file://``), waited for up to ``wait`` s."""
+        return self._object_store().read(location, wait)
+
+    def _object_store(self) -> ObjectStore:
+        from airflow_provider_slurmapi.hooks.object_store import ObjectStore
+
+        return ObjectStore(gcs_hook=self._gcs_hook, principal=self._principal)
 
     def _gcs_hook(self) -> GCSHook:
         from airflow.providers.google.cloud.hooks.gcs import GCSHook

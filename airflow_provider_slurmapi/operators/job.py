@@ -14,7 +14,7 @@ from airflow.providers.common.compat.sdk import AirflowException, conf
 
 from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.client.output import OutputSettings, expand_pattern
-from airflow_provider_slurmapi.client.submission import Outcome, Submission, submission_key
+from airflow_provider_slurmapi.client.submission import Outcome, Submission, submission_key, with_key
 from airflow_provider_slurmapi.operators.base import CONNECTION_TEMPLATE_FIELDS, SlurmBaseOperator
 from airflow_provider_slurmapi.operators.waiting import SlurmWaitingOperator, check_seconds
 from airflow_provider_slurmapi.triggers.events import status_from_event
@@ -134,6 +134,9 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
     template_ext: Sequence[str] = (".sh", ".sbatch", ".bash")
     template_fields_renderers = {"job": "json", "script": "bash"}
     ui_color = "#c7e3f4"
+    overwrite_rtif_after_execution = (
+        True  # Airflow 3: the rendered script is the one submitted (a staged one's wrapper)
+    )
 
     def __init__(
         self,
@@ -196,6 +199,8 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         key = submission_key(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
         store = context.get("task_state_store")  # Airflow 3.3+
         job = with_output_paths({"name": ti.task_id, **self.job}, self.output_settings, ti, self.log)
+        # a script too large for the request is staged, and the wrapper submitted shows as the script
+        self.script = self.hook.fit_script(with_key(job, key), self.script, self.output_settings)
         submission = self.hook.submit_once(
             job,
             self.script,

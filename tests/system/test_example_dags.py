@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -127,6 +128,41 @@ def test_worker_waiting_mode(airflow_env: dict[str, str]) -> None:
     assert "Trigger" not in output(ok).replace("Trigger completed", "")  # nothing deferred
     failed = dags_test(airflow_env, "test_slurm_worker_wait", "-c", '{"exit_code": 3}')
     assert "is FAILED" in output(failed) and "exit code 3" in output(failed), output(failed)[-5000:]
+
+
+def test_taskflow_decorators_run_mapped_and_bring_return_values_back(airflow_env: dict[str, str]) -> None:
+    result = dags_test(airflow_env, "example_slurm_taskflow")
+    log = output(result)
+    assert result.returncode == 0, log[-5000:]
+    assert re.search(r"preparing the data of run manual__", log), log[-5000:]  # @task.slurm's script, rendered
+    for rate in (0.1, 0.3, 1.0):  # each mapped @task.slurm_python job's own output
+        assert f"training with learning rate {rate}" in log, log[-5000:]
+    # the three return values came back as XComs, read by a task in Airflow
+    assert "best run: learning rate 1.0, loss 0.0498" in log, log[-5000:]
+
+
+def test_an_exception_on_the_cluster_fails_the_task_with_its_traceback(airflow_env: dict[str, str]) -> None:
+    result = dags_test(airflow_env, "example_slurm_taskflow", "-c", '{"fail": true}')
+    log = output(result)
+    assert result.returncode == 1 and "DagRun failed" in result.stderr.splitlines(), log[-5000:]
+    assert "train() raised ValueError: loss diverged at learning rate 0.1 (Slurm job" in log, log[-5000:]
+    # the traceback from the cluster names the line of the DAG file that raised
+    traceback = r'File "[^"]*example_slurm_taskflow\.py", line \d+, in train\n\s+raise ValueError'
+    assert re.search(traceback, log), log[-5000:]
+
+
+def test_a_script_past_the_request_limit_is_staged_and_run(airflow_env: dict[str, str]) -> None:
+    from tests.system.dags.test_slurm_modes import STAGED_LINES
+
+    data = "\n".join(f"{line:016x}" * 4 for line in range(STAGED_LINES))
+    result = dags_test(airflow_env, "test_slurm_staged_script")
+    log = output(result)
+    assert result.returncode == 0, log[-5000:]
+    assert re.search(rf"too large for the request: staged at {OUTPUT_URI}/staged/[0-9a-f]{{64}}\.script", log), log[
+        -5000:
+    ]
+    digest = hashlib.sha256(data.encode()).hexdigest()[:16]
+    assert f"staged script ran: {len(data)} characters of data, sha256 {digest}" in log, log[-5000:]
 
 
 def test_job_read_back_from_accounting(airflow_env: dict[str, str]) -> None:

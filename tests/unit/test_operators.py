@@ -76,6 +76,10 @@ class FakeHook:
         self._record("submit_once", *args, **kwargs)
         return self.submission
 
+    def fit_script(self, job: dict[str, Any], script: str, settings: OutputSettings) -> str:
+        self._record("fit_script", job, script, settings)
+        return script
+
     def wait_for_job(self, *args: Any, **kwargs: Any) -> JobStatus:
         self._record("wait_for_job", *args, **kwargs)
         if isinstance(self.waited, Exception):

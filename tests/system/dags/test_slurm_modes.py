@@ -1,5 +1,6 @@
 """DAGs used only by the system tests: the worker-waiting mode, the /slurmdb read-back, a
-rescheduling sensor whose job is lost, and a job whose node fails, retried by Airflow."""
+rescheduling sensor whose job is lost, a job whose node fails, retried by Airflow, and a batch
+script too large for the request."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
 from airflow_provider_slurmapi.sensors.job import SlurmJobSensor
 
 try:
-    from airflow.sdk import DAG
+    from airflow.sdk import DAG, task
 except ImportError:  # Airflow 2.x
     from airflow import DAG
+    from airflow.decorators import task
 
 JOB = {"name": "system-test", "environment": ["PATH=/usr/bin:/bin"], "current_working_directory": "/tmp"}
 
@@ -65,3 +67,21 @@ with DAG(dag_id="test_slurm_interrupted_retry", start_date=datetime(2026, 1, 1),
         retries=1,
         retry_delay=timedelta(seconds=0),
     )
+
+# A batch script of about 3 MB (past the request's 1 MB): staged under the output location and run
+# through a wrapper. Its data lines are in a heredoc; the job prints their length and checksum.
+STAGED_LINES = 46_875  # of 64 characters: 3,046,874 characters of data in all
+
+with DAG(dag_id="test_slurm_staged_script", start_date=datetime(2026, 1, 1), schedule=None):
+
+    @task.slurm(job={"name": "staged", "current_working_directory": "/tmp"}, deferrable=False, poll_interval=1)
+    def big_script() -> str:
+        data = "\n".join(f"{line:016x}" * 4 for line in range(STAGED_LINES))
+        return (
+            "#!/bin/bash\n#SBATCH --comment=staged\n"
+            f"data=$(cat <<'DATA'\n{data}\nDATA\n)\n"
+            'echo "staged script ran: $(printf %s "$data" | wc -c) characters of data,'
+            ' sha256 $(printf %s "$data" | sha256sum | cut -c1-16)"\n'
+        )
+
+    big_script()

@@ -1,0 +1,91 @@
+"""Whole objects at the job output location, in Cloud Storage (through the Google provider's
+GCSHook) or a shared filesystem: staged scripts written once, function results read back."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+if TYPE_CHECKING:
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
+    from google.cloud.storage import Blob, Client
+
+
+class ObjectStore:
+    """:param gcs_hook: a factory of the Google provider's ``GCSHook`` (built only for ``gs://``).
+    :param principal: who writes and reads, named in a permission error."""
+
+    def __init__(self, gcs_hook: Callable[[], GCSHook], principal: Callable[[], str]) -> None:
+        self._gcs_hook = gcs_hook
+        self._principal = principal
+        self._client: Client | None = None
+
+    def write_once(self, location: str, data: bytes) -> bool:
+        """Write the object unless it is there already (its name is its content's hash); True if written."""
+        parts = urlsplit(location)
+        if parts.scheme == "file":
+            path = unquote(parts.path)
+            if os.path.exists(path):
+                return False
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), delete=False) as file:
+                file.write(data)
+            os.replace(file.name, path)
+            return True
+        from google.api_core.exceptions import Forbidden, PreconditionFailed
+
+        blob = self._blob(location)
+        if blob.exists():
+            return False
+        try:
+            blob.upload_from_string(data, if_generation_match=0)  # another try writing it at once is fine
+        except PreconditionFailed:
+            return False
+        except Forbidden as error:
+            raise PermissionError(
+                f"{self._principal()} may not write {location}: it needs storage.objects.create on bucket "
+                f"{parts.netloc} (e.g. roles/storage.objectCreator); {error.message}"
+            ) from error
+        return True
+
+    def read(self, location: str, wait: float) -> bytes:
+        """The whole object, waited for up to ``wait`` seconds (a FUSE mount publishes a file when
+        the job closes it); FileNotFoundError if it is not there then."""
+        deadline = time.monotonic() + wait
+        while True:
+            data = self._read(location)
+            if data is not None:
+                return data
+            if time.monotonic() >= deadline:
+                raise FileNotFoundError(f"{location} was not found" + (f" after waiting {wait:g} s" if wait else ""))
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+    def _read(self, location: str) -> bytes | None:
+        parts = urlsplit(location)
+        if parts.scheme == "file":
+            try:
+                with open(unquote(parts.path), "rb") as file:
+                    return file.read()
+            except FileNotFoundError:
+                return None
+        from google.api_core.exceptions import Forbidden, NotFound
+
+        try:
+            return bytes(self._blob(location).download_as_bytes())
+        except NotFound:
+            return None
+        except Forbidden as error:
+            raise PermissionError(
+                f"{self._principal()} may not read {location}: it needs storage.objects.get on bucket "
+                f"{parts.netloc} (e.g. roles/storage.objectViewer); {error.message}"
+            ) from error
+
+    def _blob(self, location: str) -> Blob:
+        parts = urlsplit(location)
+        if self._client is None:
+            self._client = self._gcs_hook().get_conn()
+        return self._client.bucket(parts.netloc).blob(unquote(parts.path.lstrip("/")))
