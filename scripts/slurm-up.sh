@@ -35,7 +35,7 @@ PIDDIR=$STATE/pids
 LOGDIR=$STATE/logs
 SUITE=trixie
 PKGS="munge slurmctld slurmd slurmrestd slurmdbd slurm-client slurm-wlm-jwt-plugin \
-slurm-wlm-mysql-plugin mariadb-server curl ca-certificates jq procps"
+slurm-wlm-mysql-plugin mariadb-server curl ca-certificates jq procps python3"
 # start order; stop order is the reverse
 DAEMONS="munged mariadbd slurmdbd slurmctld slurmd slurmrestd slurmrestd-local"
 STOP_ORDER="slurmrestd-local slurmrestd slurmd slurmctld slurmdbd mariadbd munged"
@@ -111,6 +111,12 @@ ROOT=$(readlink -f "$ROOT"); STATE=$ROOT/.harness; PIDDIR=$STATE/pids; LOGDIR=$S
 mkdir -p "$STATE"
 exec 9>"$STATE/lock"   # serialize concurrent slurm-up/slurm-down calls (daemons get fd 9 closed)
 flock -w 300 9 || die "timed out waiting for $STATE/lock"
+# ---------------------------------------------------------------- packages added since the chroot was made
+if [ -e "$STATE/bootstrap.done" ] && [ ! -x "$ROOT/usr/bin/python3" ]; then
+  log "apt-get install inside the chroot: python3 (@task.slurm_python's jobs run it)"
+  in_root bash -c "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq --no-install-recommends python3 && apt-get clean" \
+    > "$STATE/apt-install.log" 2>&1 || { tail -30 "$STATE/apt-install.log" >&2; die "apt-get install in chroot failed"; }
+fi
 # ---------------------------------------------------------------- already running?
 if [ -d "$PIDDIR" ]; then
   running=0; total=0

@@ -20,6 +20,7 @@ from airflow_provider_slurmapi.client.errors import (
 )
 from airflow_provider_slurmapi.client.jobs import RecordSource
 from airflow_provider_slurmapi.client.operations import JobRecords
+from airflow_provider_slurmapi.client.output import OutputSettings
 from airflow_provider_slurmapi.client.steps import ApiSettings, Operation, Pause, T, advance
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 
@@ -298,3 +299,44 @@ def test_the_old_name_of_resolve_output_settings_warns_and_gives_the_same(
         old = hook.output_settings(tail_lines=7)
     assert old == hook.resolve_output_settings(tail_lines=7)
     assert (old.uri, old.cluster_path, old.tail_lines) == ("gs://bucket/runs", "/mnt/out", 7)
+
+
+# --- scripts past the request limit ------------------------------------------------------------
+
+BIG = "#!/bin/bash\n#SBATCH --gres=gpu:8\n" + "# data\n" * 200_000 + "echo done\n"
+
+
+def test_a_script_that_fits_is_submitted_as_it_is(make_hook: Callable[..., SlurmJobApiHook], tmp_path: Any) -> None:
+    settings = OutputSettings(uri=f"file://{tmp_path}", cluster_path="/mnt/out")
+    assert make_hook().fit_script({"name": "a"}, "#!/bin/bash\necho hi\n", settings) == "#!/bin/bash\necho hi\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_script_past_the_limit_is_staged_once_and_a_wrapper_submitted(
+    make_hook: Callable[..., SlurmJobApiHook],
+    tmp_path: Any,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings = OutputSettings(uri=f"file://{tmp_path}", cluster_path="/mnt/out")
+    hook = make_hook()
+    with caplog.at_level("INFO"):
+        wrapper = hook.fit_script({"name": "a"}, BIG, settings)
+        assert hook.fit_script({"name": "a"}, BIG, settings) == wrapper
+    [staged] = (tmp_path / "staged").iterdir()
+    assert staged.read_text() == BIG
+    assert wrapper.splitlines()[:2] == ["#!/bin/bash", "#SBATCH --gres=gpu:8"]
+    assert f"exec /bin/bash /mnt/out/staged/{staged.name}" in wrapper
+    logged = caplog.text + capsys.readouterr().out  # Airflow 3 logs through structlog, to stdout
+    said = [line for line in logged.splitlines() if "too large for the request" in line]
+    assert [" staged at " in said[0], "already staged at" in said[1]] == [True, True], said
+
+
+def test_a_script_past_the_limit_without_an_output_location_names_the_settings(
+    make_hook: Callable[..., SlurmJobApiHook],
+) -> None:
+    hook = make_hook()
+    with pytest.raises(InvalidRequestError, match="Set output_uri and output_cluster_path") as refused:
+        hook.fit_script({"name": "a"}, BIG, OutputSettings())
+    assert refused.value.field == "request"
+    assert hook.client.calls == []  # type: ignore[attr-defined]

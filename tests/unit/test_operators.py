@@ -63,6 +63,7 @@ class FakeHook:
         self.usage = usage
         self.settings = settings or OutputSettings()
         self.job = job or status()
+        self.objects: dict[str, bytes] = {}  # what read_object finds, by location
         self.cluster = FakeCluster()
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
@@ -105,6 +106,12 @@ class FakeHook:
     def read_job_output(self, *args: Any) -> list[Any]:
         self._record("read_job_output", *args)
         return []
+
+    def read_object(self, location: str, wait: float) -> bytes:
+        self._record("read_object", location, wait)
+        if location not in self.objects:
+            raise FileNotFoundError(f"{location} was not found")
+        return self.objects[location]
 
     def resolve_output_settings(self, **overrides: Any) -> OutputSettings:
         self._record("resolve_output_settings", **overrides)

@@ -1,0 +1,120 @@
+"""The batch script of a Python function run on the cluster, run here by bash and python3 as a
+node would, and what it leaves behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_slurmapi.client.errors import InvalidRequestError
+from airflow_provider_slurmapi.client.python_function import (
+    RESULT_SUFFIX,
+    FunctionOutcome,
+    check_python,
+    encode_arguments,
+    function_script,
+)
+
+
+def passthrough(function):  # a decorator, as @task.slurm_python is, left out of the source sent
+    return function
+
+
+@passthrough
+def train(learning_rate, *, epochs=2):
+    import math
+
+    if learning_rate < 0:
+        raise ValueError(f"learning_rate must be positive, got {learning_rate}")
+    return {"loss": round(math.exp(-epochs * learning_rate), 4), "epochs": epochs}
+
+
+def run_on_node(
+    script: str, folder: Path, job_id: str = "7"
+) -> tuple[subprocess.CompletedProcess[str], FunctionOutcome]:
+    result = subprocess.run(
+        ["bash", "-c", script], env={**os.environ, "SLURM_JOB_ID": job_id}, capture_output=True, text=True, timeout=60
+    )
+    written = folder / f"{job_id}{RESULT_SUFFIX}"
+    return result, FunctionOutcome.parse(written.read_bytes(), str(written))
+
+
+def test_the_function_runs_with_its_arguments_and_its_return_value_is_written(tmp_path: Path) -> None:
+    script = function_script(train, [0.5], {"epochs": 3}, python=sys.executable, result_folder=str(tmp_path / "try-1"))
+    assert script.startswith("#!/bin/bash\n") and "def passthrough" not in script
+    result, outcome = run_on_node(script, tmp_path / "try-1")
+    assert result.returncode == 0, result.stderr
+    assert outcome == FunctionOutcome(value={"loss": 0.2231, "epochs": 3})
+
+
+def test_an_exception_is_written_with_its_type_message_and_a_traceback_into_the_dag_file(tmp_path: Path) -> None:
+    script = function_script(train, [-1], {}, python=sys.executable, result_folder=str(tmp_path))
+    result, outcome = run_on_node(script, tmp_path)
+    assert result.returncode == 1  # the job fails
+    assert outcome.error is not None and outcome.error["type"] == "ValueError"
+    assert outcome.error["message"] == "learning_rate must be positive, got -1"
+    raising = next(n for n, line in enumerate(Path(__file__).read_text().splitlines(), 1) if "raise ValueError" in line)
+    assert f'File "{__file__}", line {raising}, in train\n    raise ValueError' in outcome.error["traceback"]
+    assert "raise ValueError" in result.stderr  # in the job's stderr too
+    error = outcome.remote_error("train", "7")
+    assert str(error) == "train() raised ValueError: learning_rate must be positive, got -1 (Slurm job 7)"
+
+
+def returns_a_set():
+    return {1, 2}
+
+
+def test_a_return_value_that_is_not_json_is_the_functions_error(tmp_path: Path) -> None:
+    script = function_script(returns_a_set, [], {}, python=sys.executable, result_folder=str(tmp_path))
+    _, outcome = run_on_node(script, tmp_path)
+    assert outcome.error is not None and outcome.error["type"] == "TypeError"
+    assert "the return value of returns_a_set() does not serialize to JSON" in outcome.error["message"]
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "field", "says"),
+    [
+        ([Decimal("0.1")], {}, "op_args[0]", "is a Decimal"),
+        ([], {"config": {"lr": {0.1}}}, "op_kwargs['config']['lr']", "is a set"),
+        ([], {"grid": [1, float("nan")]}, "op_kwargs['grid'][1]", "nan is not a JSON number"),
+        ([{1: "a"}], {}, "op_args[0]", "JSON objects take string keys only"),
+    ],
+)
+def test_arguments_that_do_not_travel_as_json_are_refused_naming_the_value(
+    args: list[object], kwargs: dict[str, object], field: str, says: str
+) -> None:
+    with pytest.raises(InvalidRequestError) as refused:
+        encode_arguments(args, kwargs)
+    assert refused.value.field == field and says in str(refused.value)
+
+
+def test_json_arguments_are_encoded() -> None:
+    encoded = encode_arguments([1, "a", None, [True]], {"nested": {"x": 1.5}})
+    assert json.loads(encoded) == {"args": [1, "a", None, [True]], "kwargs": {"nested": {"x": 1.5}}}
+
+
+@pytest.mark.parametrize("python", ["python3", "python3.11", "/opt/venvs/train/bin/python", "/usr/bin/python3"])
+def test_an_absolute_path_or_a_command_name_is_an_interpreter(python: str) -> None:
+    assert check_python(python) == python
+
+
+@pytest.mark.parametrize("python", ["", "bin/python", "python3 -u", "/opt/my venv/python", "$(rm -rf ~)", 3])
+def test_anything_else_is_refused_naming_python(python: object) -> None:
+    with pytest.raises(InvalidRequestError, match="^python: must be an absolute path"):
+        check_python(python)
+
+
+def test_a_lambda_cannot_be_sent() -> None:
+    with pytest.raises(InvalidRequestError, match="python_callable"):
+        function_script(lambda: 1, [], {}, python="python3", result_folder="/tmp")
+
+
+def test_an_outcome_file_of_another_shape_is_named() -> None:
+    with pytest.raises(ValueError, match="gs://b/x holds neither"):
+        FunctionOutcome.parse(b'{"other": 1}', "gs://b/x")

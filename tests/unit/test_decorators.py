@@ -1,0 +1,136 @@
+"""Unit tests of @task.slurm and @task.slurm_python with the operators' fake hook."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from datetime import datetime
+from typing import Any
+
+import pytest
+from airflow.providers.common.compat.sdk import AirflowException
+
+from airflow_provider_slurmapi.client.errors import InvalidRequestError
+from airflow_provider_slurmapi.client.output import OutputSettings
+from airflow_provider_slurmapi.client.python_function import RemoteFunctionError
+from airflow_provider_slurmapi.decorators.slurm import slurm_task
+from airflow_provider_slurmapi.decorators.slurm_python import slurm_python_task
+from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
+from tests.unit.task_fakes import ctx, status
+from tests.unit.test_operators import FakeHook
+
+try:
+    from airflow.sdk import DAG, task
+except ImportError:  # Airflow 2.x
+    from airflow import DAG
+    from airflow.decorators import task
+
+SETTINGS = OutputSettings(uri="gs://bucket/airflow", cluster_path="/mnt/out")
+RESULT = "gs://bucket/airflow/dag/run1/task/try-1/42.return.json"
+
+
+def operator(decorator: Any, function: Any, *args: Any, hook: FakeHook | None = None, **kwargs: Any) -> Any:
+    with DAG("dag", schedule=None, start_date=datetime(2026, 1, 1)):
+        op = decorator(function)(*args, **kwargs).operator
+    op.hook = hook or FakeHook(settings=SETTINGS)
+    return op
+
+
+def test_both_decorators_are_offered_by_airflows_task() -> None:
+    assert task.slurm.__name__ == "slurm_task" and task.slurm_python.__name__ == "slurm_python_task"
+
+
+@pytest.mark.parametrize("decorator", [slurm_task, slurm_python_task])
+def test_the_decorators_arguments_are_the_operators(decorator: Any) -> None:
+    """The arguments an editor shows are the operator's, so they cannot drift apart."""
+    named = [name for name in inspect.signature(decorator).parameters if name not in ("python_callable", "kwargs")]
+    accepted = {name for cls in SlurmSubmitJobOperator.__mro__ for name in inspect.signature(cls.__init__).parameters}
+    assert set(named) - accepted - {"multiple_outputs", "python"} == set()
+
+
+def test_slurm_task_submits_the_script_its_function_returns_rendered() -> None:
+    def build(epochs: int) -> str:
+        return "#!/bin/bash\necho {{ ti.task_id }} for %d epochs\n" % epochs
+
+    hook = FakeHook()
+    op = operator(slurm_task(job={"partition": "a3"}, deferrable=False, wait_for_completion=False), build, 3, hook=hook)
+    assert op.execute(ctx()) == "42"
+    [(args, _)] = hook.named("submit_once")
+    assert args[1] == "#!/bin/bash\necho task for 3 epochs"  # Jinja drops the last newline, as for any template
+
+
+@pytest.mark.parametrize("returned", [None, 3, "  \n"])
+def test_a_function_that_returns_no_script_is_refused_before_anything_is_sent(returned: Any) -> None:
+    def build() -> Any:
+        return returned
+
+    hook = FakeHook()
+    op = operator(slurm_task(job={}, deferrable=False), build, hook=hook)
+    with pytest.raises(InvalidRequestError, match=r"^build\(\) return value: a @task.slurm function must return"):
+        op.execute(ctx())
+    assert hook.calls == []
+
+
+def train(learning_rate: float, epochs: int = 1) -> dict[str, float]:
+    return {"loss": learning_rate * epochs}
+
+
+def test_slurm_python_submits_the_function_and_returns_its_value() -> None:
+    hook = FakeHook(settings=SETTINGS)
+    hook.objects[RESULT] = json.dumps({"return_value": {"loss": 0.5}}).encode()
+    op = operator(slurm_python_task(job={}, deferrable=False, python="/opt/venv/bin/python"), train, 0.25, epochs=2)
+    op.hook = hook
+    assert op.execute(ctx()) == {"loss": 0.5}
+    [(args, _)] = hook.named("submit_once")
+    script = args[1]
+    assert "@task.slurm_python: train() from" in script and "exec /opt/venv/bin/python - <<" in script
+    assert args[0]["standard_output"] == "/mnt/out/dag/run1/task/try-1/%j.out"  # the result is written beside it
+
+
+def test_an_exception_on_the_cluster_fails_the_task_with_it() -> None:
+    hook = FakeHook(settings=SETTINGS, waited=status("FAILED", 1))
+    error = {"type": "ValueError", "message": "diverged", "traceback": 'Traceback...\n  File "dag.py", line 9'}
+    hook.objects[RESULT] = json.dumps({"error": error}).encode()
+    op = operator(slurm_python_task(job={}, deferrable=False), train, 1.0, hook=hook)
+    with pytest.raises(
+        RemoteFunctionError, match=r"^train\(\) raised ValueError: diverged \(Slurm job 42\)$"
+    ) as raised:
+        op.execute(ctx())
+    assert isinstance(raised.value.__cause__, AirflowException) and "exit code 1" in str(raised.value.__cause__)
+    assert raised.value.traceback == error["traceback"]
+
+
+def test_a_job_that_completed_without_a_return_value_fails_the_task() -> None:
+    op = operator(slurm_python_task(job={}, deferrable=False, output_wait=0), train, 1.0)
+    with pytest.raises(AirflowException, match=r"Slurm job 42 completed but train\(\) left no return value"):
+        op.execute(ctx())
+
+
+def test_without_an_output_location_nothing_is_sent_and_the_settings_are_named() -> None:
+    hook = FakeHook()  # no output_uri, no output_cluster_path
+    op = operator(slurm_python_task(job={}, deferrable=False), train, 1.0, hook=hook)
+    with pytest.raises(InvalidRequestError, match="^output_uri: .*set output_uri and output_cluster_path"):
+        op.execute(ctx())
+    assert hook.named("submit_once") == []
+
+
+def test_arguments_that_are_not_json_are_refused_before_anything_is_sent() -> None:
+    hook = FakeHook(settings=SETTINGS)
+    op = operator(slurm_python_task(job={}, deferrable=False), train, {1, 2}, hook=hook)
+    with pytest.raises(InvalidRequestError, match=r"^op_args\[0\]: is a set"):
+        op.execute(ctx())
+    assert hook.named("submit_once") == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"python": "venv/bin/python"}, "^python: must be an absolute path"),
+        ({"job": {"array": "0-3"}}, r"^job.array: @task.slurm_python runs one call per job: map the task with .expand"),
+    ],
+)
+def test_a_bad_interpreter_or_an_array_job_is_refused_when_the_dag_is_parsed(
+    arguments: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidRequestError, match=message):
+        operator(slurm_python_task(**{"job": {}, **arguments}), train, 1.0)
