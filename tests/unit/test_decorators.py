@@ -50,7 +50,7 @@ def test_the_decorators_arguments_are_the_operators(decorator: Any) -> None:
 
 def test_slurm_task_submits_the_script_its_function_returns_rendered() -> None:
     def build(epochs: int) -> str:
-        return "#!/bin/bash\necho {{ ti.task_id }} for %d epochs\n" % epochs
+        return "#!/bin/bash\necho {{ ti.task_id }} for " + str(epochs) + " epochs\n"
 
     hook = FakeHook()
     op = operator(slurm_task(job={"partition": "a3"}, deferrable=False, wait_for_completion=False), build, 3, hook=hook)
