@@ -62,6 +62,15 @@ DAG_RUNS: list[dict[str, Any]] = [
         "output": True,
         "group": "output",
     },
+    # @task.slurm_python's return values come back through the job output location
+    {"name": "slurm_taskflow", "dag_id": "slurm_taskflow", "output": True, "group": "output"},
+    {
+        "name": "slurm_taskflow_bad_epochs",
+        "dag_id": "slurm_taskflow",
+        "conf": {"epochs": 0},
+        "output": True,
+        "group": "output",
+    },
 ]
 
 # page -> what its commands assume is already there (an Airflow installation, with its database)
@@ -304,6 +313,21 @@ def test_slurm_output_failure_ends_with_stderr(background: Background) -> None:
         f"Last lines of stderr of job {job['job_id']} (gs://slurm-output/runs/{path}.err):\n"
         "EPOCHS must be a whole number, got 'x'\n"
     ) in log
+
+
+def test_slurm_taskflow(background: Background) -> None:
+    result, log = background.dag_run("slurm_taskflow")
+    assert result["state"] == "success", log[-8000:]
+    assert result["xcom"]["pick_best"]["return_value"] == {"learning_rate": 0.4, "loss": 0.6024}
+    assert re.search(r"tokenizing gs://datasets/chat-v2 for run manual__", log), log[-8000:]
+    assert "epoch 3/3: loss 0.6024" in log, log[-8000:]  # the mapped job's own output, in its task's log
+
+
+def test_slurm_taskflow_failure_shows_the_cluster_side_traceback(background: Background) -> None:
+    result, log = background.dag_run("slurm_taskflow_bad_epochs")
+    assert result["tasks"]["fine_tune"] == "failed" and result["tasks"]["pick_best"] == "upstream_failed"
+    assert "fine_tune() raised ValueError: epochs must be at least 1, got 0 (Slurm job " in log, log[-8000:]
+    assert re.search(r'File "[^"]*slurm_taskflow\.py", line \d+, in fine_tune\n\s+raise ValueError', log)
 
 
 def test_slurm_submit_options(background: Background) -> None:
