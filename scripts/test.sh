@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Runs the whole test suite on Airflow 3.3 (.venv), then the suites that depend on the Airflow
-# version in every other environment of scripts/environments.sh: Airflow 2.11, 3.1 and 3.2 (unit,
+# Runs the whole test suite on Airflow 3.3 (.venv) and, at the same time, the suites that depend on
+# the Airflow version in every other environment of scripts/environments.sh: Airflow 2.11, 3.1 and 3.2 (unit,
 # integration, system, and the deployment test of that version's kill path), every dependency at
 # its floor (unit, system), a Cloud Composer-like image taking the built wheel with plain pip (the
 # example DAG), and Python 3.13 (unit). Each environment is installed with uv, once.
 # Extra arguments go to pytest, e.g. scripts/test.sh tests/unit -x: with test paths given they run
-# on Airflow 3.3 and 2.11 only. MATRIX=no runs Airflow 3.3 only; AIRFLOW2=no leaves out Airflow 2.11.
+# on Airflow 3.3, then 2.11, only. MATRIX=no runs Airflow 3.3 only; AIRFLOW2=no leaves out Airflow 2.11.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/environments.sh
@@ -30,39 +30,20 @@ run() {
     echo "== $1 ($("${env[0]}/bin/python" -c 'import sys, airflow; print(f"Python {sys.version.split()[0]}, Airflow {airflow.__version__}")')): ${*:2}"
     "${env[0]}/bin/python" -m pytest "${options[@]}" "${@:2}" || status=$?
 }
-# The other environments are installed while the Airflow 3.3 suite runs (which mostly waits on
-# Airflow and Slurm processes); a failed install is tried again, and reported, by its run.
-prefetch() {
-    [ "${AIRFLOW2:-yes}" = no ] || install ENV_AIRFLOW_2_11 test,deployment
-    [ ${#paths[@]} -gt 0 ] && return
-    install ENV_AIRFLOW_3_2 test,deployment
-    install ENV_AIRFLOW_3_1 test,deployment
-    RESOLUTION=lowest-direct install ENV_LOWEST test
-    if "${ENV_PYTHON_3_13[1]}" -c '' 2> /dev/null; then install ENV_PYTHON_3_13 test; fi
-}
-
-status=0
-prefetching=
-if [ "${MATRIX:-yes}" != no ]; then
-    prefetch > /dev/null 2>&1 &
-    prefetching=$!
-fi
-.venv/bin/python -m pytest "$@" || status=$?
-[ -n "$prefetching" ] || exit "$status"
-wait "$prefetching" || true
-
 # real Slurm's replies do not depend on the Airflow version (checked on Airflow 3.3)
 not_real=(-m "not real_slurm")
 # what depends on the Airflow version, and the deployment test of each version's kill path
 airflow2_suites=(tests/unit tests/integration tests/system tests/deployment/test_airflow2_kill.py)
 airflow3_suites=(tests/unit tests/integration tests/system tests/deployment/test_triggerer_failover.py)
 
-if [ ${#paths[@]} -gt 0 ]; then
-    [ "${AIRFLOW2:-yes}" = no ] || run ENV_AIRFLOW_2_11 test,deployment "Airflow 2.11" "${paths[@]}"
+status=0
+if [ ${#paths[@]} -gt 0 ] || [ "${MATRIX:-yes}" = no ]; then
+    .venv/bin/python -m pytest "$@" || status=$?
+    if [ ${#paths[@]} -gt 0 ] && [ "${MATRIX:-yes}" != no ] && [ "${AIRFLOW2:-yes}" != no ]; then
+        run ENV_AIRFLOW_2_11 test,deployment "Airflow 2.11" "${paths[@]}"
+    fi
     exit "$status"
 fi
-# Two lanes at once (their tests mostly wait on Airflow and Slurm processes): each prints its log
-# when done, and the run fails if either does.
 lane_a() {
     [ "${AIRFLOW2:-yes}" = no ] || run ENV_AIRFLOW_2_11 test,deployment "Airflow 2.11" "${not_real[@]}" "${airflow2_suites[@]}"
     run ENV_AIRFLOW_3_2 test,deployment "Airflow 3.2" "${not_real[@]}" "${airflow3_suites[@]}"
@@ -83,11 +64,15 @@ lane_b() {
     fi
     return "$status"
 }
+# Three at once: the Airflow 3.3 suite here and two lanes of the other environments, each lane
+# installing its environments first (the tests mostly wait on Airflow and Slurm processes; only
+# the 3.3 suite uses the real Slurm). Each lane prints its log when done; any failure fails the run.
 logs=$(mktemp -d)
 lane_a > "$logs/a.log" 2>&1 &
 a=$!
 lane_b > "$logs/b.log" 2>&1 &
 b=$!
+.venv/bin/python -m pytest "$@" || status=$?
 wait "$a" || status=1
 cat "$logs/a.log"
 wait "$b" || status=1
