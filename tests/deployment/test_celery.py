@@ -187,11 +187,16 @@ class Run:
         return self.states()
 
 
+def poller_calls(emulator: Emulator, since: float, until: float = float("inf")) -> list[float]:
+    """When the triggerer made its bulk calls (the state list, or the queue's changes while a job pends)."""
+    return [call.at for call in emulator.requests.calls("GET", "/jobs/(state/?)?$", since=since) if call.at < until]
+
+
 def poller_calls_per_interval(emulator: Emulator, since: float, until: float) -> int:
-    """The most bulk calls (the state list, or the queue's changes while a job pends) the
-    triggerer made in any one poll interval between two times."""
-    calls = [call.at for call in emulator.requests.calls("GET", "/jobs/(state)?$", since=since) if call.at < until]
-    assert calls, "no bulk call: the triggers did not share a poller"
+    """The most bulk calls the triggerer made in any one poll interval between two times."""
+    calls = poller_calls(emulator, since, until)
+    seen = Counter(f"{c.method} {c.path}" for c in emulator.requests.calls(since=since) if c.at < until)
+    assert calls, f"no bulk call: the triggers did not share a poller; calls meanwhile: {dict(seen)}"
     return max(sum(1 for t in calls if start <= t < start + POLL_INTERVAL) for start in calls)
 
 
@@ -224,8 +229,10 @@ def test_deferred_tasks_a_lost_worker_and_a_scheduler_restart(
         stop_process_group(airflow.processes.pop("scheduler"))
         airflow.start("scheduler")
         restarted = time.time()
-        time.sleep(3 * POLL_INTERVAL)  # the fleet's jobs run on: what the triggerer's poller costs meanwhile
-        most = poller_calls_per_interval(emulator, watched, time.time())
+        # the fleet's jobs run on: what the triggerer's poller costs meanwhile, once it polls them
+        polling = wait_for(lambda: poller_calls(emulator, watched), 60, "the shared poller's first call")[0]
+        time.sleep(3 * POLL_INTERVAL)
+        most = poller_calls_per_interval(emulator, polling, time.time())
         retried = wait_for(
             lambda: (ti := waiter.task_instances()[-1])[2] > first_try and ti[0] == "running" and ti, 180, "the retry"
         )
