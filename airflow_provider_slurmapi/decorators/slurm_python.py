@@ -87,9 +87,7 @@ class _SlurmPythonDecoratedOperator(DecoratedOperator, SlurmSubmitJobOperator):
         """The function's return value; its exception, with the cluster-side traceback, if it raised."""
         name = self.python_callable.__name__
         outcome = self._read_outcome(context, status)
-        if outcome is not None and outcome.error is not None:
-            self.log.error("%s() raised on the cluster:\n%s", name, outcome.error.get("traceback", "").rstrip())
-        try:
+        try:  # a failure names the state and exit code, and ends with the traceback in the job's stderr
             super()._finish(context, status)
         except AirflowException as failure:
             if outcome is not None and outcome.error is not None:
