@@ -12,18 +12,21 @@ from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 HEAVY = ("google", "aiohttp", "requests", "jsonschema", "openlineage")
 
 
-def test_operator_and_sensor_imports_stay_light() -> None:
+def test_operator_sensor_and_decorator_imports_stay_light() -> None:
     """DAG files import these at every parse: no HTTP, Google, schema or lineage library may come along."""
     code = (
         "import sys, json\n"
         "try:\n    import airflow.sdk\nexcept ImportError:  # Airflow 2.x\n    import airflow.models.baseoperator\n"
         "before = set(sys.modules)\n"
         "import airflow_provider_slurmapi.operators.job, airflow_provider_slurmapi.sensors.job\n"
+        "import airflow_provider_slurmapi.decorators.slurm, airflow_provider_slurmapi.decorators.slurm_python\n"
         "print(json.dumps(sorted(set(sys.modules) - before)))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     added = json.loads(result.stdout.strip().splitlines()[-1])
-    assert "airflow_provider_slurmapi.operators.job" in added  # the probe itself works
+    assert {"airflow_provider_slurmapi.operators.job", "airflow_provider_slurmapi.decorators.slurm_python"} <= set(
+        added
+    )
     heavy = [
         m
         for m in added
