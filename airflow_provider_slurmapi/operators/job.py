@@ -134,9 +134,6 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
     template_ext: Sequence[str] = (".sh", ".sbatch", ".bash")
     template_fields_renderers = {"job": "json", "script": "bash"}
     ui_color = "#c7e3f4"
-    overwrite_rtif_after_execution = (
-        True  # Airflow 3: the rendered script is the one submitted (a staged one's wrapper)
-    )
 
     def __init__(
         self,
@@ -199,7 +196,7 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         key = submission_key(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
         store = context.get("task_state_store")  # Airflow 3.3+
         job = with_output_paths({"name": ti.task_id, **self.job}, self.output_settings, ti, self.log)
-        # a script too large for the request is staged, and the wrapper submitted shows as the script
+        # a script too large for the request is staged, and the wrapper that runs it submitted
         self.script = self.hook.fit_script(with_key(job, key), self.script, self.output_settings)
         submission = self.hook.submit_once(
             job,
