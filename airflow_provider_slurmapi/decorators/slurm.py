@@ -22,15 +22,14 @@ if TYPE_CHECKING:
 SCRIPT_WHEN_RUN = "#!/bin/bash\n# set when the task runs: the decorated function's return value\n"
 
 
-class _SlurmDecoratedOperator(DecoratedOperator, SlurmSubmitJobOperator):
-    """The submit operator whose ``script`` is what the decorated function returns."""
+class SlurmDecoratedOperator(DecoratedOperator, SlurmSubmitJobOperator):
+    """The submit operator made by a decorator: its ``script`` is set when the task runs."""
 
     template_fields: Sequence[str] = (*DecoratedOperator.template_fields, *SlurmSubmitJobOperator.template_fields)
     template_fields_renderers: ClassVar[dict[str, str]] = {
         **DecoratedOperator.template_fields_renderers,
         **SlurmSubmitJobOperator.template_fields_renderers,
     }
-    custom_operator_name: str = "@task.slurm"
 
     def __init__(
         self,
@@ -43,6 +42,12 @@ class _SlurmDecoratedOperator(DecoratedOperator, SlurmSubmitJobOperator):
         super().__init__(
             python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs, script=SCRIPT_WHEN_RUN, **kwargs
         )
+
+
+class _SlurmDecoratedOperator(SlurmDecoratedOperator):
+    """The submit operator whose ``script`` is what the decorated function returns."""
+
+    custom_operator_name: str = "@task.slurm"
 
     def execute(self, context: Context) -> Any:
         context_merge(context, self.op_kwargs)
@@ -85,10 +90,22 @@ def slurm_task(
         output_cluster_path=output_cluster_path,
         slurm_conn_id=slurm_conn_id,
     )
+    return decorator_of(_SlurmDecoratedOperator, python_callable, multiple_outputs, given, kwargs)
+
+
+def decorator_of(
+    operator_class: type[SlurmDecoratedOperator],
+    python_callable: Callable[..., Any] | None,
+    multiple_outputs: bool | None,
+    named: dict[str, Any],
+    kwargs: dict[str, Any],
+) -> TaskDecorator:
+    """The TaskFlow decorator of ``operator_class``: the named arguments left as None take the
+    operator's defaults."""
     return task_decorator_factory(
         python_callable=python_callable,
         multiple_outputs=multiple_outputs,
-        decorated_operator_class=_SlurmDecoratedOperator,
-        **{name: value for name, value in given.items() if value is not None},
+        decorated_operator_class=operator_class,
+        **{name: value for name, value in named.items() if value is not None},
         **kwargs,
     )

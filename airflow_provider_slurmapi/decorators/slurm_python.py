@@ -8,10 +8,10 @@ its traceback, next to its output, where the task reads it. Importing this modul
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any
 
-from airflow.providers.common.compat.sdk import AirflowException, DecoratedOperator, task_decorator_factory
+from airflow.providers.common.compat.sdk import AirflowException
 
 from airflow_provider_slurmapi.client.errors import InvalidRequestError
 from airflow_provider_slurmapi.client.python_function import (
@@ -20,8 +20,7 @@ from airflow_provider_slurmapi.client.python_function import (
     check_python,
     function_script,
 )
-from airflow_provider_slurmapi.decorators.slurm import SCRIPT_WHEN_RUN
-from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
+from airflow_provider_slurmapi.decorators.slurm import SlurmDecoratedOperator, decorator_of
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context, TaskDecorator
@@ -29,18 +28,13 @@ if TYPE_CHECKING:
     from airflow_provider_slurmapi.client.jobs import JobStatus
 
 
-class _SlurmPythonDecoratedOperator(DecoratedOperator, SlurmSubmitJobOperator):
+class _SlurmPythonDecoratedOperator(SlurmDecoratedOperator):
     """The submit operator running the decorated function on the cluster.
 
     :param python: the interpreter on the cluster's nodes: an absolute path (a virtual
         environment's ``bin/python``) or a command name on the job's ``PATH``.
     """
 
-    template_fields: Sequence[str] = (*DecoratedOperator.template_fields, *SlurmSubmitJobOperator.template_fields)
-    template_fields_renderers: ClassVar[dict[str, str]] = {
-        **DecoratedOperator.template_fields_renderers,
-        **SlurmSubmitJobOperator.template_fields_renderers,
-    }
     custom_operator_name: str = "@task.slurm_python"
 
     def __init__(
@@ -57,9 +51,7 @@ class _SlurmPythonDecoratedOperator(DecoratedOperator, SlurmSubmitJobOperator):
             raise InvalidRequestError(
                 "job.array", "@task.slurm_python runs one call per job: map the task with .expand"
             )
-        super().__init__(
-            python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs, script=SCRIPT_WHEN_RUN, **kwargs
-        )
+        super().__init__(python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs, **kwargs)
 
     def execute(self, context: Context) -> Any:
         # the script is code and data, not a template: it is set after the fields were rendered
@@ -139,10 +131,4 @@ def slurm_python_task(
         output_cluster_path=output_cluster_path,
         slurm_conn_id=slurm_conn_id,
     )
-    return task_decorator_factory(
-        python_callable=python_callable,
-        multiple_outputs=multiple_outputs,
-        decorated_operator_class=_SlurmPythonDecoratedOperator,
-        **{name: value for name, value in given.items() if value is not None},
-        **kwargs,
-    )
+    return decorator_of(_SlurmPythonDecoratedOperator, python_callable, multiple_outputs, given, kwargs)
