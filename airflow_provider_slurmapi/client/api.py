@@ -75,6 +75,7 @@ class SlurmJobApiOperations:
     requeue_lines = ApiOperation(operations.requeue_lines)
     job_states = ApiOperation(operations.job_states)
     list_jobs = ApiOperation(operations.list_jobs)
+    ended_jobs = ApiOperation(operations.ended_jobs)
     queue_changes = ApiOperation(operations.queue_changes)
     cancel_job = ApiOperation(operations.cancel_job)
     call = ApiOperation(operations.call)

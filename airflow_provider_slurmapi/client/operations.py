@@ -22,6 +22,7 @@ from airflow_provider_slurmapi.client.errors import (
     SlurmJobApiError,
 )
 from airflow_provider_slurmapi.client.job_description import submission_body
+from airflow_provider_slurmapi.client.job_events import END_STATES, EndedJob
 from airflow_provider_slurmapi.client.jobs import JobStatus, RecordSource
 from airflow_provider_slurmapi.client.paths import JobId, base_job_id, validate_job_id
 from airflow_provider_slurmapi.client.requeue import describe_requeue as requeue_line
@@ -268,6 +269,15 @@ def queue_changes(api: ApiSettings, since: int | None = None) -> Operation[Queue
     if since is not None and not stamp:  # "No job changes since update_time[...]": last_update 0, no jobs
         return QueueChanges(since, None)
     return QueueChanges(stamp, [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []])
+
+
+def ended_jobs(api: ApiSettings, start_time: int, end_time: int) -> Operation[list[EndedJob]]:
+    """Every job that ended between ``start_time`` and ``end_time`` (epoch seconds, both included),
+    with its final status and usage, from accounting in one call (a requeued job: its last run)."""
+    path = api.paths.accounting_ended_jobs(start_time, end_time, list(END_STATES))
+    # an empty window is an answer, not a problem: "slurmdb_jobs_get(0x...) found nothing"
+    reply = yield from request(SlurmCall("GET", path, expected_warning="slurmdb_jobs_get("))
+    return [EndedJob.from_slurmdb(record) for record in reply.body.get("jobs") or [] if isinstance(record, dict)]
 
 
 def list_jobs(api: ApiSettings) -> Operation[list[JobStatus]]:

@@ -117,5 +117,13 @@ class SlurmPaths:
         path = f"/slurmdb/{self.api_version}/jobs/"
         return f"{path}?{urlencode({'job_name': name})}" if name else path
 
+    def accounting_ended_jobs(self, start_time: int, end_time: int, states: list[str]) -> str:
+        """Accounting's records of the jobs that ended in [start_time, end_time] in one of ``states``."""
+        # with ``state``, slurmdbd selects by end time; ``state`` is repeated (a comma list is refused);
+        # without disable_truncate_usage_time the start and elapsed time are cut to the window
+        query = [("start_time", int(start_time)), ("end_time", int(end_time)), *(("state", s) for s in states)]
+        flags = [("skip_steps", "true"), ("disable_truncate_usage_time", "true")]
+        return f"/slurmdb/{self.api_version}/jobs/?" + urlencode([*query, *flags])
+
     def ping(self) -> str:
         return f"/slurm/{self.api_version}/ping"
