@@ -135,7 +135,11 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {
                 "integration-name": "Google Cloud Slurm Job API",
-                "python-modules": ["airflow_provider_slurmapi.triggers.job"],
+                # job_events: Airflow 3 only (asset watchers)
+                "python-modules": [
+                    "airflow_provider_slurmapi.triggers.job",
+                    "airflow_provider_slurmapi.triggers.job_events",
+                ],
             }
         ],
     }

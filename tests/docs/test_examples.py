@@ -51,6 +51,9 @@ DAG_RUNS: list[dict[str, Any]] = [
     {"name": "slurm_cancel", "dag_id": "slurm_cancel"},
     {"name": "slurm_custom_trigger", "dag_id": "slurm_custom_trigger"},
     {"name": "slurm_hook", "dag_id": "slurm_hook"},
+    # asset-scheduled: dag.test() runs them with no asset event (the deployment test sends real ones)
+    {"name": "slurm_job_events", "dag_id": "slurm_job_events"},
+    {"name": "slurm_job_failures", "dag_id": "slurm_job_failures"},
     # fine_tune polls at the default 30 s interval: in a process of its own, beside the others
     {"name": "slurm_submit_options", "dag_id": "slurm_submit_options", "group": "slow"},
     # job output read from a Cloud Storage stand-in that the emulator publishes to (run_examples.py)
@@ -328,6 +331,13 @@ def test_slurm_taskflow_failure_shows_the_cluster_side_traceback(background: Bac
     assert result["tasks"]["fine_tune"] == "failed" and result["tasks"]["pick_best"] == "upstream_failed"
     assert "fine_tune() raised ValueError: epochs must be at least 1, got 0 (Slurm job " in log, log[-8000:]
     assert re.search(r'File "[^"]*slurm_taskflow\.py", line \d+, in fine_tune\n\s+raise ValueError', log)
+
+
+def test_slurm_job_event_dags_parse_and_run_without_events(background: Background) -> None:
+    for dag_id, task_id in (("slurm_job_events", "evaluate_checkpoints"), ("slurm_job_failures", "page_the_owner")):
+        result, log = background.dag_run(dag_id)
+        assert result["state"] == "success", log[-8000:]
+        assert result["xcom"][task_id]["return_value"] == [], log[-8000:]
 
 
 def test_slurm_submit_options(background: Background) -> None:

@@ -62,6 +62,7 @@ def test_airflow_cli_lists_provider_hook_and_trigger(tmp_path) -> None:
     assert "airflow-provider-slurmapi" in listed["list"]
     assert "slurm_job_api" in listed["hooks"] and "SlurmJobApiHook" in listed["hooks"]
     assert "airflow_provider_slurmapi.triggers.job" in listed["triggers"]
+    assert "airflow_provider_slurmapi.triggers.job_events" in listed["triggers"]
 
 
 def test_airflow_registers_the_output_link(tmp_path) -> None:
