@@ -351,7 +351,9 @@ def _fill_db_array(out: dict[str, Any], job: Job) -> None:
 
 def _fill_db_times(t: dict[str, Any], job: Job, now: int) -> None:
     """Accounting's times: plain epoch seconds; ``planned`` is how long the job waited to start."""
-    eligible = job.begin_time or job.submit_time
+    # a job held since submission never became eligible: 0, and nothing planned
+    never_eligible = job.hold and not job.ran and not job.restart_cnt
+    eligible = 0 if never_eligible else job.begin_time or job.submit_time
     t["submission"] = job.submit_time
     t["eligible"] = eligible
     t["limit"] = _time_limit(job)
@@ -363,7 +365,28 @@ def _fill_db_times(t: dict[str, Any], job: Job, now: int) -> None:
     else:
         t["start"] = NO_VAL if job.terminal else 0  # NO_VAL: it never started
         t["elapsed"] = 0
-        t["planned"] = number(max(0, (job.end_time or now) - eligible))
+        t["planned"] = number(max(0, (job.end_time or now) - eligible) if eligible else 0)
+
+
+def db_started(record: dict[str, Any]) -> bool:
+    """Whether an accounting record's job ever started (its start is neither 0 nor NO_VAL)."""
+    return record["time"]["start"] not in (0, NO_VAL)
+
+
+def truncate_usage(record: dict[str, Any], start: int, end: int) -> None:
+    """Cut an accounting record's run to [start, end], as slurmdbd does unless told not to.
+
+    The start moves up to ``start`` and the end (none yet: a running job) down to ``end``; a job
+    that never started starts at its end. ``elapsed`` and ``planned`` follow the new start.
+    """
+    t = record["time"]
+    started = db_started(record)
+    if not t["end"] or t["end"] > end:
+        t["end"] = end
+    t["start"] = max(t["start"], start) if started else t["end"]
+    t["elapsed"] = max(0, t["end"] - t["start"])
+    if started and t["eligible"]:
+        t["planned"] = number(max(0, t["start"] - t["eligible"]))
 
 
 def _fill_db_allocation(out: dict[str, Any], job: Job) -> None:
