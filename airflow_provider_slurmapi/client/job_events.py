@@ -206,6 +206,10 @@ class EventCursor:
         kept = {key: end for key, end in reported.items() if end >= high_water - SETTLE_SECONDS}
         return replace(self, high_water=high_water, reported=kept), new
 
+    def with_reported(self, job: EndedJob) -> EventCursor:
+        """This cursor with ``job`` reported (saved while the rest of a read is still being reported)."""
+        return replace(self, reported={**self.reported, job.key: job.end_time})
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

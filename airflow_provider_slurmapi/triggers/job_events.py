@@ -26,10 +26,13 @@ except ImportError as error:  # Airflow 2: no asset watchers
         f"SlurmJobEventTrigger needs Airflow 3.1 or later (asset watchers, AssetWatcher); this is Airflow {__version__}"
     ) from error
 
-# Seconds between yielding events and saving the cursor past them: the triggerer writes the events
-# it was given at its next loop (about every second), and a cursor saved before that, then a
-# restart, would lose them. A restart within these seconds reports those jobs again instead.
-SAVE_AFTER_EVENTS_SECONDS = 3.0
+# Seconds after each event before the next one and before the cursor is saved past it. The
+# triggerer writes a trigger's events at its next loop (about every second): a cursor saved
+# earlier, then a restart, would lose the event (a restart within these seconds repeats it
+# instead). And the scheduler must have queued the asset's DAG run before the next event comes:
+# Airflow 3.3.2 and older can leave an event that arrives while it creates the run unconsumed
+# until a later one (apache/airflow#56050).
+EVENT_SPACING_SECONDS = 2.0
 MIN_POLL_INTERVAL = 5.0
 
 
@@ -171,8 +174,9 @@ class SlurmJobEventTrigger(BaseEventTrigger):
                 for job in ended:
                     self.log.info("%s (name %r, user %s)", job.status.describe(), job.status.name, job.user)
                     yield TriggerEvent(job.to_payload())
-                if ended:
-                    await asyncio.sleep(SAVE_AFTER_EVENTS_SECONDS)
+                    await asyncio.sleep(EVENT_SPACING_SECONDS)
+                    cursor = cursor.with_reported(job)
+                    await store.save(cursor)
                 if after != cursor:
                     await store.save(after)
                 cursor = after

@@ -79,5 +79,11 @@ def wait_for_jobs(api: RestApi, dag_id: str, task_id: str, wanted: set[str], tim
         if wanted <= set(job_ids(runs)):
             return runs
         if time.monotonic() > deadline:
-            raise AssertionError(f"{dag_id}: runs reported {job_ids(runs)}, not all of {sorted(wanted)}")
+            all_runs = api.get(f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]
+            states = {run["dag_run_id"]: run["state"] for run in all_runs}
+            events = api.get("/api/v2/assets/events", params={"limit": 100})["asset_events"]
+            raise AssertionError(
+                f"{dag_id}: runs reported {job_ids(runs)}, not all of {sorted(wanted)}; runs: {states}; "
+                f"asset events: {[(e['asset_id'], e['extra']['payload']['job']['job_id']) for e in events]}"
+            )
         time.sleep(1)

@@ -227,7 +227,7 @@ def test_jobs_ended_outside_airflow_start_one_run_each_once_across_a_triggerer_r
         by_id = {job["job_id"]: job for jobs in runs[VISION].values() for job in jobs}
         for job_id in _expected(submitted, VISION):
             job = submitted[job_id]
-            assert (by_id[job_id]["name"], by_id[job_id]["exit_code"]) == (job.name, job.exit_code or None)
+            assert (by_id[job_id]["name"], by_id[job_id]["exit_code"]) == (job.name, job.exit_code)
             assert by_id[job_id]["state"] == ("COMPLETED" if job.exit_code == 0 else "FAILED")
             assert by_id[job_id]["cpus"] >= 1  # usage, from accounting
         assert per_interval <= 1.3, (len(reads), per_interval)  # one read per interval for both watchers

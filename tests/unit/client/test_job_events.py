@@ -147,3 +147,12 @@ def test_one_accounting_call_asks_for_every_end_state_in_the_window(slurm_fixtur
     assert ("start_time", "100") in pairs and ("end_time", "200") in pairs
     assert sorted(value for key, value in pairs if key == "state") == sorted(END_STATES)
     assert ("disable_truncate_usage_time", "true") in pairs and ("skip_steps", "true") in pairs
+
+
+def test_a_cursor_saved_midway_through_a_read_skips_what_was_reported(record) -> None:
+    cursor = EventCursor.starting(0)
+    read = [record(1, 10), record(2, 11)]
+    _, ended = cursor.take(read, EVERYTHING)
+    midway = cursor.with_reported(ended[0])  # saved after the first event; then a restart
+    _, again = midway.take(read, EVERYTHING)
+    assert [j.status.job_id for j in again] == ["2"]
