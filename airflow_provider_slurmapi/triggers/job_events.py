@@ -70,9 +70,10 @@ class SlurmJobEventTrigger(BaseEventTrigger):
 
     Edge-triggered: a job is reported once, when it ends; jobs that ended before the watcher first
     started (or before ``since``) are not. The cursor is kept in the asset state store (Airflow
-    3.3) or an Airflow Variable (3.1, 3.2), so a triggerer restart resumes where it stopped; jobs
-    reported in the last seconds before a restart may be reported again (Airflow's delivery is at
-    least once). Watchers of one cluster share one accounting read per interval.
+    3.3) or an Airflow Variable (3.1, 3.2), so a triggerer restart resumes where it stopped; a job
+    reported in the last 2 s before a restart may be reported again (Airflow's delivery is at least
+    once). The jobs of one read are reported 2 s apart, so that each starts a DAG run of its own.
+    Watchers of one cluster share one accounting read per interval.
 
     All filters are optional; given ones must all match. Each of ``job_name`` (globs), ``user``,
     ``partition`` and ``account`` takes one value or a list (any may match).
