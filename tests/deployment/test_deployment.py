@@ -1,13 +1,11 @@
 """A real Airflow 3 deployment: api-server, scheduler, dag-processor and triggerer as separate processes.
 
 The example DAG is unpaused and triggered through the REST API, like a user would; its deferred task
-must go through the real triggerer, against the emulator. Then jobs submitted outside Airflow start
-the DAGs whose asset watchers match them, across a triggerer restart.
+must go through the real triggerer, against the emulator.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import time
@@ -19,8 +17,7 @@ import pytest
 
 from airflow_provider_slurmapi.emulator import Emulator
 from tests.conftest import connection_json
-from tests.deployment.airflow_services import Airflow, RestApi, require_airflow_3, running, stop_process_group, wait_for
-from tests.deployment.job_events import OutsideJob, job_ids, reported_jobs, submit_outside_airflow, wait_for_jobs
+from tests.deployment.airflow_services import Airflow, RestApi, require_airflow_3, running
 
 pytestmark = pytest.mark.deployment
 
@@ -42,7 +39,6 @@ def _requirements() -> None:
 def airflow(emulator: Emulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
     home = tmp_path_factory.mktemp("airflow-deployment")
     shutil.copytree(ROOT / "example_dags", home / "dags")
-    shutil.copy(ROOT / "tests" / "deployment" / "dags" / "slurm_job_events.py", home / "dags")
     components = ["api-server", "scheduler", "dag-processor", "triggerer"]
     with running(home, components, AIRFLOW_CONN_SLURM_JOB_API_DEFAULT=connection_json(emulator)) as deployment:
         yield deployment
@@ -160,94 +156,3 @@ def test_failing_job_fails_the_task_and_the_run(
             error.get("exc_type") == "AirflowException" and re.fullmatch(failed, str(error.get("exc_value")))
             for error in errors
         ), f"no AirflowException naming exit code 3 in the task log; errors: {errors}\n{log}"
-
-
-# The job-event DAGs of tests/deployment/dags/slurm_job_events.py, the task that reads the payload,
-# and how often their watchers read accounting.
-VISION, FAILED = "slurm_vision_runs_ended", "slurm_job_failed"
-EVENT_TASKS = {VISION: "read_payload", FAILED: "read_failure"}
-EVENT_INTERVAL = 5
-ENDED_JOBS_READ = r"^/slurmdb/v0\.0\.42/jobs/$"
-# Ending 10 s (two intervals) apart, each matching job is read in an interval of its own: one DAG run each.
-BEFORE_RESTART = [
-    OutsideJob("evt-train-a", 1, comment="team=vision", starts=(VISION,)),
-    OutsideJob("evt-train-x", 2, comment="team=nlp"),
-    OutsideJob("other-train", 4, comment="team=vision"),
-    OutsideJob("evt-train-b", 11, exit_code=3, comment="team=vision run=2", starts=(VISION, FAILED)),
-    OutsideJob("other-fail", 14, exit_code=1),
-    OutsideJob("evt-eval-f", 17, exit_code=2, starts=(FAILED,)),
-    OutsideJob("evt-train-c", 24, comment="sweep team=vision", starts=(VISION,)),
-]
-# Ending while no triggerer runs.
-DURING_RESTART = [
-    OutsideJob("evt-train-g", 1, comment="team=vision", starts=(VISION,)),
-    OutsideJob("evt-train-y", 1, comment="team=nlp"),
-    OutsideJob("evt-train-h", 3, exit_code=4, comment="team=vision", starts=(VISION, FAILED)),
-]
-
-
-def _submit(emulator: Emulator, jobs: list[OutsideJob]) -> dict[str, OutsideJob]:
-    return {submit_outside_airflow(emulator, job): job for job in jobs}
-
-
-def _expected(submitted: dict[str, OutsideJob], dag_id: str) -> set[str]:
-    return {job_id for job_id, job in submitted.items() if dag_id in job.starts}
-
-
-def _triggerer_says(airflow: Airflow, text: str, count: int = 1) -> bool:
-    return airflow.log_file("triggerer").read_text(errors="replace").count(text) >= count
-
-
-def test_jobs_ended_outside_airflow_start_one_run_each_once_across_a_triggerer_restart(
-    airflow: Airflow, emulator: Emulator
-) -> None:
-    with airflow.explained():
-        api = airflow.api_for(VISION)
-        airflow.api_for(FAILED)
-        wait_for(lambda: _triggerer_says(airflow, "Reporting Slurm jobs that end from", 2), 120, "both watchers")
-        watching_since = time.time()
-        submitted = _submit(emulator, BEFORE_RESTART)
-        runs = {
-            dag: wait_for_jobs(api, dag, EVENT_TASKS[dag], _expected(submitted, dag), 120) for dag in (VISION, FAILED)
-        }
-        time.sleep(2 * EVENT_INTERVAL)  # nothing more comes
-        runs = {dag: reported_jobs(api, dag, EVENT_TASKS[dag]) for dag in (VISION, FAILED)}
-        reads = emulator.requests.calls("GET", ENDED_JOBS_READ, since=watching_since)
-        per_interval = len(reads) / ((time.time() - watching_since) / EVENT_INTERVAL)
-        print(f"\n== before the restart: {len(submitted)} jobs submitted outside Airflow")
-        for job_id, job in submitted.items():
-            print(f"   job {job_id} {job.name} exit {job.exit_code} comment {job.comment!r}: starts {list(job.starts)}")
-        for dag, dag_runs in runs.items():
-            print(f"   {dag}: {len(dag_runs)} DAG runs: {json.dumps(dag_runs)}")
-        print(f"   {len(reads)} accounting reads for both watchers in {time.time() - watching_since:.0f} s: "
-              f"{per_interval:.2f} per {EVENT_INTERVAL} s interval")  # fmt: skip
-        for dag in (VISION, FAILED):
-            assert job_ids(runs[dag]) == sorted(_expected(submitted, dag), key=int), (dag, runs[dag])
-        assert len(runs[VISION]) == 3, runs[VISION]  # one run per job: they ended two intervals apart
-        by_id = {job["job_id"]: job for jobs in runs[VISION].values() for job in jobs}
-        for job_id in _expected(submitted, VISION):
-            job = submitted[job_id]
-            assert (by_id[job_id]["name"], by_id[job_id]["exit_code"]) == (job.name, job.exit_code)
-            assert by_id[job_id]["state"] == ("COMPLETED" if job.exit_code == 0 else "FAILED")
-            assert by_id[job_id]["cpus"] >= 1  # usage, from accounting
-        assert per_interval <= 1.3, (len(reads), per_interval)  # one read per interval for both watchers
-
-        stop_process_group(airflow.processes["triggerer"])
-        stopped = time.time()
-        during = _submit(emulator, DURING_RESTART)
-        time.sleep(8)  # they end while no triggerer runs
-        airflow.start("triggerer")
-        wait_for(lambda: _triggerer_says(airflow, "Resuming after Slurm jobs that ended by", 2), 120, "the resume")
-        all_jobs = {**submitted, **during}
-        after = {
-            dag: wait_for_jobs(api, dag, EVENT_TASKS[dag], _expected(all_jobs, dag), 120) for dag in (VISION, FAILED)
-        }
-        time.sleep(3 * EVENT_INTERVAL)  # nothing more comes, nothing comes twice
-        after = {dag: reported_jobs(api, dag, EVENT_TASKS[dag]) for dag in (VISION, FAILED)}
-        print(f"== triggerer stopped for {time.time() - stopped:.0f} s; jobs submitted meanwhile: "
-              f"{ {job_id: job.name for job_id, job in during.items()} }")  # fmt: skip
-        for dag, dag_runs in after.items():
-            new = {run: jobs for run, jobs in dag_runs.items() if run not in runs[dag]}
-            print(f"   {dag}: {len(new)} new DAG runs after the restart: {json.dumps(new)}")
-        for dag in (VISION, FAILED):
-            assert job_ids(after[dag]) == sorted(_expected(all_jobs, dag), key=int), (dag, after[dag])
