@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on Airflow 3.3 (.venv) and, at the same time, the suites that depend on
 # the Airflow version in every other environment of scripts/environments.sh: Airflow 2.11, 3.1 and 3.2 (unit,
-# integration, system, and the deployment test of that version's kill path), every dependency at
-# its floor (unit, system), a Cloud Composer-like image taking the built wheel with plain pip (the
-# example DAG), and Python 3.13 (unit). Each environment is installed with uv, once.
+# integration, system, the deployment tests of that version's kill path and, on 3.x, of the job-event
+# watchers), every dependency at its floor (unit, system), and Python 3.13 (unit); after the 3.3
+# suite, a Cloud Composer-like image taking the built wheel with plain pip (the example DAG). Each
+# environment is installed with uv, once.
 # Extra arguments go to pytest, e.g. scripts/test.sh tests/unit -x: with test paths given they run
 # on Airflow 3.3, then 2.11, only. MATRIX=no runs Airflow 3.3 only; AIRFLOW2=no leaves out Airflow 2.11.
 set -euo pipefail
@@ -37,7 +38,7 @@ airflow2_suites=(tests/unit tests/integration tests/system tests/deployment/test
 # (what a stopped trigger cancels on each version is in tests/integration, run on every version; the
 # stalled and shut-down triggerer deployments run on 3.3)
 failover=tests/deployment/test_triggerer_failover.py
-airflow3_suites=(tests/unit tests/integration tests/system
+airflow3_suites=(tests/unit tests/integration tests/system tests/deployment/test_job_events.py
     "$failover::test_killed_triggerer_is_replaced_and_one_poller_serves_all_jobs"
     "$failover::test_a_user_marking_a_deferred_task_failed_cancels_its_job_only"
     "$failover::test_the_connection_forms_fields_come_from_the_api_server")
@@ -50,18 +51,13 @@ if [ ${#paths[@]} -gt 0 ] || [ "${MATRIX:-yes}" = no ]; then
     fi
     exit "$status"
 fi
-# The version matrix: in the background from the start, beside the Airflow 3.3 suite
-other_airflows() {
+# The version matrix, in the background from the start: the other Airflow versions, every
+# dependency at its floor and Python 3.13
+other_environments() {
     [ "${AIRFLOW2:-yes}" = no ] || run ENV_AIRFLOW_2_11 test,deployment "Airflow 2.11" "${not_real[@]}" "${airflow2_suites[@]}"
     run ENV_AIRFLOW_3_2 test,deployment "Airflow 3.2" "${not_real[@]}" "${airflow3_suites[@]}"
     run ENV_AIRFLOW_3_1 test,deployment "Airflow 3.1" "${not_real[@]}" "${airflow3_suites[@]}"
-    return "$status"
-}
-# after the Airflow 3.3 suite, in the foreground
-floors_composer_and_python_3_13() {
     RESOLUTION=lowest-direct run ENV_LOWEST test "lowest dependencies" "${not_real[@]}" tests/unit tests/system
-    echo "== Cloud Composer-like image"
-    scripts/composer-check.sh || status=1
     if "${ENV_PYTHON_3_13[1]}" -c '' 2> /dev/null; then
         run ENV_PYTHON_3_13 test "Python 3.13" tests/unit
     elif [ "${CI:-}" = true ]; then
@@ -70,15 +66,17 @@ floors_composer_and_python_3_13() {
     else
         echo "== Python 3.13: skipped, ${ENV_PYTHON_3_13[1]} not found"
     fi
+    return "$status"
 }
 # Two at once (the tests mostly wait on Airflow and Slurm processes; only the 3.3 suite uses the
-# real Slurm): the Airflow 3.3 suite and then the floors, the Composer-like image and Python 3.13
-# here, the other Airflow versions in the background, whose log is printed at the end.
+# real Slurm): the Airflow 3.3 suite and then the Composer-like image here, the other environments
+# in the background, whose log is printed at the end.
 log=$(mktemp)
-other_airflows > "$log" 2>&1 &
+other_environments > "$log" 2>&1 &
 others=$!
 .venv/bin/python -m pytest "$@" || status=$?
-floors_composer_and_python_3_13
+echo "== Cloud Composer-like image"
+scripts/composer-check.sh || status=1
 wait "$others" || status=1
 cat "$log"
 rm -f "$log"
