@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_slurmapi.client.aio import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.client.job_events import EndedJob
+from airflow_provider_slurmapi.triggers.interval_poller import IntervalPoller, PollerRegistry
 from airflow_provider_slurmapi.triggers.polling import GATHER_SECONDS, open_client
 
 log = logging.getLogger(__name__)
@@ -43,37 +42,20 @@ class _Watch:
     read_from: int
 
 
-class EndedJobsPoller:
+class EndedJobsPoller(IntervalPoller[EndedJobsTick]):
     """Reads the jobs that ended, once per interval, for all the watchers that joined it."""
 
     def __init__(self, key: tuple[Any, ...], hook_kwargs: dict[str, Any], interval: float) -> None:
-        self.key = key
-        self.hook_kwargs = hook_kwargs
-        self.interval = interval
+        super().__init__(key, hook_kwargs, interval, EndedJobsTick(window_start=0))
         self.watches: list[_Watch] = []
         self.calls = 0  # accounting reads made, for tests and benchmarks
-        self.client: AsyncSlurmJobApiClient | None = None
-        self._tick = EndedJobsTick(window_start=0)
-        self._ticked = asyncio.Event()
-        self._loop_task: asyncio.Task[None] | None = None
-
-    def ensure_polling(self) -> None:
-        if self._loop_task is None or self._loop_task.done():
-            self._loop_task = asyncio.ensure_future(self._poll())
-
-    async def next_tick(self) -> EndedJobsTick:
-        ticked = self._ticked  # the event of the coming tick, even if a tick happens meanwhile
-        await ticked.wait()
-        return self._tick
 
     async def _poll(self) -> None:
         await asyncio.sleep(GATHER_SECONDS)  # watchers started together join the first read
         loop = asyncio.get_running_loop()
         while self.watches:
             started = loop.time()
-            tick = await self._read()
-            self._tick, ticked, self._ticked = tick, self._ticked, asyncio.Event()
-            ticked.set()
+            self._publish(await self._read())
             await asyncio.sleep(max(0.0, self.interval - (loop.time() - started)))
 
     async def _read(self) -> EndedJobsTick:
@@ -87,32 +69,19 @@ class EndedJobsPoller:
         self.calls += 1
         return EndedJobsTick(window_start, tuple(jobs))
 
-    async def close(self) -> None:
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
-        if self.client is not None:
-            await self.client.close()
 
-
-# The pollers of the running event loop (the triggerer's), by connection settings and interval.
-_POLLERS: dict[tuple[Any, ...], EndedJobsPoller] = {}
+_POLLERS = PollerRegistry(EndedJobsPoller)
 
 
 def active_ended_jobs_pollers() -> list[EndedJobsPoller]:
-    return list(_POLLERS.values())
+    return _POLLERS.active()
 
 
 class EndedJobsFeed(contextlib.AbstractAsyncContextManager["EndedJobsFeed"]):
     """A watcher's subscription: ``next(read_from)`` gives the next read that covers its window."""
 
     def __init__(self, hook_kwargs: dict[str, Any], interval: float) -> None:
-        key = (id(asyncio.get_running_loop()), json.dumps(hook_kwargs, sort_keys=True, default=str), interval)
-        poller = _POLLERS.get(key)
-        if poller is None:
-            poller = _POLLERS[key] = EndedJobsPoller(key, hook_kwargs, interval)
-        self.poller = poller
+        self.poller = _POLLERS.join(hook_kwargs, interval)
         self._watch = _Watch(read_from=0)
 
     async def __aenter__(self) -> EndedJobsFeed:
@@ -133,6 +102,5 @@ class EndedJobsFeed(contextlib.AbstractAsyncContextManager["EndedJobsFeed"]):
         poller = self.poller
         if self._watch in poller.watches:
             poller.watches.remove(self._watch)
-        if not poller.watches and _POLLERS.get(poller.key) is poller:
-            del _POLLERS[poller.key]  # the last watcher left: stop reading and close the session
-            await poller.close()
+        if not poller.watches:
+            await _POLLERS.release(poller)

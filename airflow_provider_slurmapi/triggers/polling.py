@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections import Counter
@@ -39,6 +38,7 @@ from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.client.paths import base_job_id
 from airflow_provider_slurmapi.client.requeue import describe_requeue as requeue_line
 from airflow_provider_slurmapi.client.wait_policy import HELD_REPORT_SECONDS
+from airflow_provider_slurmapi.triggers.interval_poller import IntervalPoller, PollerRegistry
 
 log = logging.getLogger(__name__)
 
@@ -111,22 +111,16 @@ class KeptQueue:
         return select_job(job_id, self.records.get(base_job_id(job_id), []))
 
 
-class SharedPoller:
+class SharedPoller(IntervalPoller[Tick]):
     """At most two calls per interval for all the jobs its triggers watch (see the module's doc)."""
 
     def __init__(self, key: tuple[Any, ...], hook_kwargs: dict[str, Any], interval: float) -> None:
-        self.key = key
-        self.hook_kwargs = hook_kwargs
-        self.interval = interval
+        super().__init__(key, hook_kwargs, interval, Tick())
         self.watched: Counter[str] = Counter()
         self.unsupported = False
         self.calls = 0  # bulk calls made (state, queue and requeue causes), for tests and benchmarks
         self.ticks = 0  # answers given to the triggers
-        self.client: AsyncSlurmJobApiClient | None = None
         self._ready = asyncio.Lock()
-        self._tick = Tick()
-        self._ticked = asyncio.Event()
-        self._loop_task: asyncio.Task[None] | None = None
         self._full_reads_left = FULL_READS_PER_TICK
         self._kept = KeptQueue()
         self._from_queue = False  # some watched job pended at the last tick: read the queue's changes
@@ -136,8 +130,7 @@ class SharedPoller:
         async with self._ready:
             if self.client is None:
                 self.client = await open_client(self.hook_kwargs)
-            if self._loop_task is None:
-                self._loop_task = asyncio.ensure_future(self._poll())
+            self.ensure_polling()
             return self.client
 
     def grant_full_read(self) -> bool:
@@ -146,11 +139,6 @@ class SharedPoller:
             return False
         self._full_reads_left -= 1
         return True
-
-    async def next_tick(self) -> Tick:
-        ticked = self._ticked  # the event of the coming tick, even if a tick happens meanwhile
-        await ticked.wait()
-        return self._tick
 
     async def requeue_line(self, status: JobStatus) -> str:
         """The log line of a job seen requeued, its cause read at the next tick with the others'."""
@@ -173,8 +161,7 @@ class SharedPoller:
                 tick.error = error
             self._full_reads_left = FULL_READS_PER_TICK
             self.ticks += 1
-            self._tick, ticked, self._ticked = tick, self._ticked, asyncio.Event()
-            ticked.set()
+            self._publish(tick)
             if self.unsupported:
                 return
             await asyncio.sleep(max(0.0, self.interval - (loop.time() - started)))
@@ -239,26 +226,12 @@ class SharedPoller:
                 if not line.done():  # its trigger may have stopped meanwhile
                     line.set_result(lines.get(status.job_id) or requeue_line(status, None))
 
-    async def close(self) -> None:
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
-        if self.client is not None:
-            await self.client.close()
 
-
-# The pollers of the running event loop (the triggerer's), by cluster, credentials and interval.
-_POLLERS: dict[tuple[Any, ...], SharedPoller] = {}
-
-
-def poller_key(hook_kwargs: dict[str, Any], interval: float) -> tuple[Any, ...]:
-    loop = asyncio.get_running_loop()
-    return (id(loop), json.dumps(hook_kwargs, sort_keys=True, default=str), interval)
+_POLLERS = PollerRegistry(SharedPoller)
 
 
 def active_pollers() -> list[SharedPoller]:
-    return list(_POLLERS.values())
+    return _POLLERS.active()
 
 
 class SharedJobReader:
@@ -332,11 +305,7 @@ class WatchedJob(contextlib.AbstractAsyncContextManager):
         if not self.shared:
             self._client = await open_client(self.hook_kwargs)
             return JobReader(self._client, self.interval)
-        key = poller_key(self.hook_kwargs, self.interval)
-        poller = _POLLERS.get(key)
-        if poller is None:
-            poller = _POLLERS[key] = SharedPoller(key, self.hook_kwargs, self.interval)
-        self._poller = poller
+        poller = self._poller = _POLLERS.join(self.hook_kwargs, self.interval)
         poller.watched[self.job_id] += 1
         try:
             return SharedJobReader(poller, await poller.start())
@@ -354,6 +323,5 @@ class WatchedJob(contextlib.AbstractAsyncContextManager):
         poller.watched[self.job_id] -= 1
         if poller.watched[self.job_id] <= 0:
             del poller.watched[self.job_id]
-        if not poller.watched and _POLLERS.get(poller.key) is poller:
-            del _POLLERS[poller.key]  # the last trigger left: stop polling and close the session
-            await poller.close()
+        if not poller.watched:
+            await _POLLERS.release(poller)
