@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from airflow_provider_slurmapi.client.errors import InvalidRequestError
@@ -138,7 +139,7 @@ class EndedJob:
             end_time=number(times.get("end")) or 0,
         )
 
-    @property
+    @cached_property
     def key(self) -> str:
         """What tells one end from another: a job requeued and ended again is a new end."""
         return f"{self.status.job_id}@{self.end_time}"
@@ -195,20 +196,20 @@ class EventCursor:
     def take(self, jobs: Iterable[EndedJob], matches: JobEventFilter) -> tuple[EventCursor, list[EndedJob]]:
         """The cursor after ``jobs`` (a read from ``read_from`` on), and those to report, oldest end first."""
         # a shared read may start earlier than this cursor's window: what ended before it was seen
-        jobs = [job for job in jobs if job.end_time >= max(self.since, self.read_from)]
-        new = [
-            job
-            for job in sorted(jobs, key=lambda j: (j.end_time, j.key))
-            if job.key not in self.reported and matches.matches(job)
-        ]
+        floor = max(self.since, self.read_from)
+        jobs = [job for job in jobs if job.end_time >= floor]
+        new = sorted(
+            (job for job in jobs if job.key not in self.reported and matches.matches(job)),
+            key=lambda j: (j.end_time, j.key),
+        )
         high_water = max([self.high_water, *(job.end_time for job in jobs)])
         reported = {**self.reported, **{job.key: job.end_time for job in new}}
         kept = {key: end for key, end in reported.items() if end >= high_water - SETTLE_SECONDS}
         return replace(self, high_water=high_water, reported=kept), new
 
-    def with_reported(self, job: EndedJob) -> EventCursor:
-        """This cursor with ``job`` reported (saved while the rest of a read is still being reported)."""
-        return replace(self, reported={**self.reported, job.key: job.end_time})
+    def with_reported(self, jobs: Iterable[EndedJob]) -> EventCursor:
+        """This cursor with ``jobs`` reported (saved while the rest of a read is still being reported)."""
+        return replace(self, reported={**self.reported, **{job.key: job.end_time for job in jobs}})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

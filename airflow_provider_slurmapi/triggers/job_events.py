@@ -26,13 +26,17 @@ except ImportError as error:  # Airflow 2: no asset watchers
         f"SlurmJobEventTrigger needs Airflow 3.1 or later (asset watchers, AssetWatcher); this is Airflow {__version__}"
     ) from error
 
-# Seconds after each event before the next one and before the cursor is saved past it. The
-# triggerer writes a trigger's events at its next loop (about every second): a cursor saved
-# earlier, then a restart, would lose the event (a restart within these seconds repeats it
-# instead). And the scheduler must have queued the asset's DAG run before the next event comes:
-# Airflow 3.3.2 and older can leave an event that arrives while it creates the run unconsumed
-# until a later one (apache/airflow#56050).
+# Seconds after an event before the next one and before the cursor is saved past it. The triggerer
+# writes a trigger's events at its next loop (about every second): a cursor saved earlier, then a
+# restart, would lose the event (a restart within these seconds repeats it instead). And the
+# scheduler must have queued the asset's DAG run before the next event comes, for a run of its own:
+# Airflow 3.3.2 and older can even leave an event that arrives while it creates the run unconsumed
+# until a later one (apache/airflow#56050). The events of one read take at most half an interval
+# (then closer together, Airflow may batch them), and the last is always followed by the full pause.
 EVENT_SPACING_SECONDS = 2.0
+# A watcher whose cursor moved without reporting anything saves it at most this often: a restart
+# re-reads at most these seconds more, and idle watchers do not write at every interval.
+IDLE_SAVE_SECONDS = 600
 MIN_POLL_INTERVAL = 5.0
 
 
@@ -70,10 +74,11 @@ class SlurmJobEventTrigger(BaseEventTrigger):
 
     Edge-triggered: a job is reported once, when it ends; jobs that ended before the watcher first
     started (or before ``since``) are not. The cursor is kept in the asset state store (Airflow
-    3.3) or an Airflow Variable (3.1, 3.2), so a triggerer restart resumes where it stopped; a job
-    reported in the last 2 s before a restart may be reported again (Airflow's delivery is at least
-    once). The jobs of one read are reported 2 s apart, so that each starts a DAG run of its own.
-    Watchers of one cluster share one accounting read per interval.
+    3.3) or an Airflow Variable (3.1, 3.2), so a triggerer restart resumes where it stopped; jobs
+    reported in the last seconds before a restart may be reported again (Airflow's delivery is at
+    least once). The jobs of one read are reported 2 s apart (closer when they would take more than
+    half an interval), so that each starts a DAG run of its own. Watchers of one cluster share one
+    accounting read per interval.
 
     All filters are optional; given ones must all match. Each of ``job_name`` (globs), ``user``,
     ``partition`` and ``account`` takes one value or a list (any may match).
@@ -163,23 +168,32 @@ class SlurmJobEventTrigger(BaseEventTrigger):
             self.log.info(
                 "Resuming after Slurm jobs that ended by %s; cursor in %s", _utc(cursor.high_water), store.where
             )
+        saved, failing = cursor, False
         async with EndedJobsFeed(self.hook_kwargs, self.poll_interval) as feed:
             while True:
                 tick = await feed.next(cursor.read_from)
                 if tick.error is not None:
-                    self.log.warning(
-                        "Cannot read the Slurm jobs that ended; trying again next interval: %s", tick.error
-                    )
+                    if not failing:  # once per outage, not at every interval
+                        self.log.warning("Cannot read the Slurm jobs that ended; trying every interval: %s", tick.error)
+                    failing = True
                     continue
+                if failing:
+                    self.log.info("Reading the Slurm jobs that ended again")
+                failing = False
                 after, ended = cursor.take(tick.jobs, self.filter)
-                for job in ended:
+                pause = min(EVENT_SPACING_SECONDS, self.poll_interval / 2 / max(1, len(ended)))
+                for n, job in enumerate(ended, start=1):
                     self.log.info("%s (name %r, user %s)", job.status.describe(), job.status.name, job.user)
                     yield TriggerEvent(job.to_payload())
-                    await asyncio.sleep(EVENT_SPACING_SECONDS)
-                    cursor = cursor.with_reported(job)
-                    await store.save(cursor)
-                if after != cursor:
+                    if n == len(ended):
+                        await asyncio.sleep(EVENT_SPACING_SECONDS)
+                    else:
+                        await asyncio.sleep(pause)
+                        if pause == EVENT_SPACING_SECONDS:  # Airflow has written the events so far
+                            await store.save(cursor.with_reported(ended[:n]))
+                if ended or after.high_water >= saved.high_water + IDLE_SAVE_SECONDS:
                     await store.save(after)
+                    saved = after
                 cursor = after
 
 

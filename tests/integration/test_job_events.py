@@ -147,4 +147,4 @@ async def test_a_bad_connection_is_retried_every_interval_without_ending_the_wat
     assert not task.done()  # still watching
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    assert "Cannot read the Slurm jobs that ended; trying again next interval" in task_log()
+    assert "Cannot read the Slurm jobs that ended; trying every interval" in task_log()

@@ -79,3 +79,77 @@ def test_the_cursor_is_named_by_cluster_filter_and_since_not_by_interval() -> No
     assert key.startswith("slurm_job_events.")
     assert key != _trigger(job_name="train-*", cluster_id="other").cursor_key
     assert key != _trigger(job_name="train-*", since=0).cursor_key
+
+
+class _OneRead:
+    """A feed whose first read gives ``jobs`` and whose next one never comes."""
+
+    def __init__(self, jobs) -> None:
+        self.jobs = jobs
+
+    def __call__(self, hook_kwargs, interval) -> _OneRead:
+        return self
+
+    async def __aenter__(self) -> _OneRead:
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        return None
+
+    async def next(self, read_from: int):
+        import asyncio
+
+        from airflow_provider_slurmapi.triggers.ended_jobs import EndedJobsTick
+
+        if self.jobs is None:
+            await asyncio.Event().wait()
+        jobs, self.jobs = self.jobs, None
+        return EndedJobsTick(read_from, tuple(jobs))
+
+
+class _Store:
+    def __init__(self) -> None:
+        self.saved: list[dict] = []
+
+    async def aget(self, key, default=None):
+        return None
+
+    async def aset(self, key, value) -> None:
+        self.saved.append(value)
+
+
+@airflow_3
+@pytest.mark.parametrize(("count", "interval", "pauses"), [(3, 60, [2.0, 2.0, 2.0]), (20, 10, [0.25] * 19 + [2.0])])
+async def test_events_come_2_s_apart_and_a_burst_within_half_an_interval(
+    monkeypatch: pytest.MonkeyPatch, count: int, interval: float, pauses: list[float]
+) -> None:
+    import asyncio
+
+    from airflow_provider_slurmapi.client.jobs import JobStatus
+    from airflow_provider_slurmapi.client.job_events import EndedJob
+    from airflow_provider_slurmapi.triggers import job_events
+
+    now = 1_800_000_000
+    jobs = [EndedJob(JobStatus(str(n), "COMPLETED"), None, "c", "u", "a", "p", now, now, now + n) for n in range(count)]
+    monkeypatch.setattr(job_events, "EndedJobsFeed", _OneRead(jobs))
+    monkeypatch.setattr(job_events.time, "time", lambda: now)
+    real_sleep = asyncio.sleep
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr(job_events.asyncio, "sleep", sleep)
+    trigger = _trigger(poll_interval=interval)
+    trigger.asset_state_store = store = _Store()
+    events = trigger.run()
+    got = [(await events.__anext__()).payload["job"]["job_id"] for _ in range(count)]
+    waiting = asyncio.ensure_future(events.__anext__())  # the pause after the last event, the save
+    await real_sleep(0.05)
+    waiting.cancel()
+    assert got == [str(n) for n in range(count)]
+    assert slept == pauses
+    assert sum(slept) <= interval / 2 + 2
+    # saved at the start, after each event followed by the full pause, and once at the end
+    assert len(store.saved) == 1 + (count - 1 if pauses[0] == 2.0 else 0) + 1
+    assert sorted(store.saved[-1]["reported"]) == sorted(f"{n}@{now + n}" for n in range(count))
