@@ -125,8 +125,8 @@ async def test_events_come_2_s_apart_and_a_burst_within_half_an_interval(
 ) -> None:
     import asyncio
 
-    from airflow_provider_slurmapi.client.jobs import JobStatus
     from airflow_provider_slurmapi.client.job_events import EndedJob
+    from airflow_provider_slurmapi.client.jobs import JobStatus
     from airflow_provider_slurmapi.triggers import job_events
 
     now = 1_800_000_000
