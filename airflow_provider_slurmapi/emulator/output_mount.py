@@ -114,7 +114,7 @@ class MountingBackend(SlurmBackend):
             local = self.mount.local_path(posixpath.join(self.mount.cluster_dir, relative))
             if os.path.exists(local):
                 continue
-            os.makedirs(os.path.dirname(local), exist_ok=True)
+            _make_dirs(os.path.dirname(local))
             blob.download_to_filename(local)
             self._published[local] = (os.stat(local).st_size, os.stat(local).st_mtime)
             log.info("fetched gs://%s/%s to %s", parts.netloc, blob.name, local)
@@ -162,6 +162,19 @@ class MountingBackend(SlurmBackend):
             except Conflict:
                 pass
         return bucket
+
+
+def _make_dirs(path: str) -> None:
+    """Create ``path``'s missing directories as a Cloud Storage FUSE mount shows them: writable by
+    every job's user (its ``--dir-mode``), not only by the emulator's, so that jobs still write
+    their output under a prefix that something was fetched into."""
+    missing = []
+    while path and not os.path.exists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for directory in reversed(missing):
+        os.makedirs(directory, exist_ok=True)
+        os.chmod(directory, 0o1777)  # explicit: mkdir's mode is cut by the umask
 
 
 def _ended_outputs(job: dict[str, Any]) -> list[str]:

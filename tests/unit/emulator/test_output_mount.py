@@ -47,3 +47,18 @@ def test_a_bulk_state_reply_names_no_files() -> None:
     """jobs/state lists states only (a list, not accounting's dict): nothing to publish, no error."""
     assert _ended_outputs({"job_id": "5", "state": ["COMPLETED"]}) == []
     assert _ended_outputs({"job_id": "5", "state": "COMPLETED"}) == []
+
+
+def test_directories_made_for_fetched_objects_are_writable_by_every_job(tmp_path) -> None:
+    """As a FUSE mount's dir-mode: a job of another user writes its output beside a fetched object."""
+    import os
+    import stat
+
+    from airflow_provider_slurmapi.emulator.output_mount import _make_dirs
+
+    mount = tmp_path / "mount"
+    mount.mkdir()
+    _make_dirs(str(mount / "example" / "run-1" / "train"))
+    for directory in (mount / "example", mount / "example" / "run-1", mount / "example" / "run-1" / "train"):
+        assert stat.S_IMODE(os.stat(directory).st_mode) == 0o1777, directory
+    assert stat.S_IMODE(os.stat(mount).st_mode) != 0o1777  # what existed is left as it was
