@@ -31,9 +31,9 @@ except ImportError as error:  # Airflow 2: no asset watchers
 # restart, would lose the event (a restart within these seconds repeats it instead). And the
 # scheduler must have queued the asset's DAG run before the next event comes, for a run of its own:
 # Airflow 3.3.2 and older can even leave an event that arrives while it creates the run unconsumed
-# until a later one (apache/airflow#56050). The events of one read take at most half an interval
-# (then closer together, Airflow may batch them), and the last is always followed by the full pause.
-EVENT_SPACING_SECONDS = 2.0
+# until a later one (apache/airflow#56050). The events of one read take at most one interval (then
+# closer together, Airflow may batch them), and the last is always followed by the full pause.
+EVENT_SPACING_SECONDS = 3.0
 # A watcher whose cursor moved without reporting anything saves it at most this often: a restart
 # re-reads at most these seconds more, and idle watchers do not write at every interval.
 IDLE_SAVE_SECONDS = 600
@@ -76,8 +76,8 @@ class SlurmJobEventTrigger(BaseEventTrigger):
     started (or before ``since``) are not. The cursor is kept in the asset state store (Airflow
     3.3) or an Airflow Variable (3.1, 3.2), so a triggerer restart resumes where it stopped; jobs
     reported in the last seconds before a restart may be reported again (Airflow's delivery is at
-    least once). The jobs of one read are reported 2 s apart (closer when they would take more than
-    half an interval), so that each starts a DAG run of its own. Watchers of one cluster share one
+    least once). The jobs of one read are reported 3 s apart (closer when they would take more than
+    an interval), so that each starts a DAG run of its own. Watchers of one cluster share one
     accounting read per interval.
 
     All filters are optional; given ones must all match. Each of ``job_name`` (globs), ``user``,
@@ -181,7 +181,7 @@ class SlurmJobEventTrigger(BaseEventTrigger):
                     self.log.info("Reading the Slurm jobs that ended again")
                 failing = False
                 after, ended = cursor.take(tick.jobs, self.filter)
-                pause = min(EVENT_SPACING_SECONDS, self.poll_interval / 2 / max(1, len(ended)))
+                pause = min(EVENT_SPACING_SECONDS, self.poll_interval / max(1, len(ended)))
                 for n, job in enumerate(ended, start=1):
                     self.log.info("%s (name %r, user %s)", job.status.describe(), job.status.name, job.user)
                     yield TriggerEvent(job.to_payload())
