@@ -8,7 +8,7 @@ various names, comments and exit codes are submitted outside the watchers before
 end at spread, known times while they run; each watcher has a different filter (job name globs,
 states, comment, user), so each must receive a known subset, each job once. A few jobs that ended
 just before the watchers started must reach none. A watcher reports one event per
-``EVENT_SPACING_SECONDS`` (2 s): each filter matches at most as many jobs as it can report within
+``EVENT_SPACING_SECONDS`` (3 s): each filter matches at most as many jobs as it can report within
 the run (``--max-matches``; a broader one falls behind, which ``--max-matches 500`` shows).
 
     python -m benchmarks.job_events                   # N = 10, 100, 1000 watchers, M = 500 jobs, 10 s
@@ -233,11 +233,12 @@ async def per_watcher(conditions: dict[str, Any], since: int, interval: float, d
     from airflow_provider_slurmapi.client.job_events import EventCursor, JobEventFilter
     from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiAsyncHook
     from airflow_provider_slurmapi.triggers.ended_jobs import OPEN_END_SECONDS
+    from airflow_provider_slurmapi.triggers.job_events import IDLE_SAVE_SECONDS
 
     log = logging.getLogger("benchmarks.job_events.per_watcher")
     matches = JobEventFilter.of(**conditions)
     store = AssetStateStore()
-    cursor = EventCursor.starting(since)
+    cursor = saved = EventCursor.starting(since)
     await store.aset("cursor", cursor.to_dict())
     loop = asyncio.get_running_loop()
     async with await SlurmJobApiAsyncHook().get_client() as client:
@@ -249,14 +250,17 @@ async def per_watcher(conditions: dict[str, Any], since: int, interval: float, d
                 print(f"per-watcher read failed: {error}", file=sys.stderr)
             else:
                 after, ended = cursor.take(jobs, matches)
-                for job in ended:
+                spacing = event_spacing()
+                pause = min(spacing, interval / max(1, len(ended)))
+                for n, job in enumerate(ended, start=1):
                     log.info("%s (name %r, user %s)", job.status.describe(), job.status.name, job.user)
                     deliver(TriggerEvent(job.to_payload()).payload)
-                    await asyncio.sleep(event_spacing())
-                    cursor = cursor.with_reported(job)
-                    await store.aset("cursor", cursor.to_dict())
-                if after != cursor:
+                    await asyncio.sleep(spacing if n == len(ended) else pause)
+                    if n < len(ended) and pause == spacing:
+                        await store.aset("cursor", cursor.with_reported(ended[:n]).to_dict())
+                if ended or after.high_water >= saved.high_water + IDLE_SAVE_SECONDS:
                     await store.aset("cursor", after.to_dict())
+                    saved = after
                 cursor = after
             await asyncio.sleep(max(0.0, interval - (loop.time() - started)))
 
