@@ -17,7 +17,7 @@ from airflow_provider_slurmapi.client import operations
 from airflow_provider_slurmapi.client.cluster import ClusterRef
 from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION, SlurmPaths
 from airflow_provider_slurmapi.client.retry import RetryPolicy
-from airflow_provider_slurmapi.client.steps import ApiSettings, Operation
+from airflow_provider_slurmapi.client.steps import ApiSettings, Operation, read_again_if_unreadable
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -25,7 +25,8 @@ T = TypeVar("T")
 
 class ApiOperation(Generic[P, T]):
     """An operation of ``operations`` as a method: the instance's settings go in first, and the
-    instance's ``_run`` runs the generator."""
+    instance's ``_run`` runs the generator (built anew when a reply was unreadable, see
+    ``read_again_if_unreadable``)."""
 
     def __init__(self, build: Callable[Concatenate[ApiSettings, P], Operation[T]]) -> None:
         self.build = build
@@ -37,7 +38,8 @@ class ApiOperation(Generic[P, T]):
         settings, and what the sync client and the hook return (the ``T`` of ``Operation[T]``)."""
 
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-            return self._run(build(self.settings, *args, **kwargs))
+            settings = self.settings
+            return self._run(read_again_if_unreadable(lambda: build(settings, *args, **kwargs), settings.retry))
 
         hints = typing.get_type_hints(build)
         _settings, *parameters = inspect.signature(build).parameters.values()

@@ -68,6 +68,7 @@ class SlurmReply:
 
     status: int
     body: dict[str, Any] = field(default_factory=dict)
+    call: str = ""  # the request it answers, "GET /slurm/v0.0.42/jobs", for errors that name it
 
     @property
     def warnings(self) -> list[dict[str, Any]]:
@@ -88,7 +89,11 @@ def read_reply(request: SlurmCall, http_status: int, text: str) -> SlurmReply:
         body = _parse_body_string(payload["body"])
     else:
         body = payload.get("body") or {}
-    reply = SlurmReply(status=int(payload.get("status", 200)), body=body if isinstance(body, dict) else {})
+    reply = SlurmReply(
+        status=int(payload.get("status", 200)),
+        body=body if isinstance(body, dict) else {},
+        call=f"{request.method} {request.path}",
+    )
     for warning in reply.warnings:
         expected = request.expected_warning and str(warning.get("description", "")).startswith(request.expected_warning)
         log.log(

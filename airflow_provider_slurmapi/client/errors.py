@@ -178,5 +178,34 @@ class UnknownJobStateError(SlurmJobApiError):
         self.state = state
 
 
+class UnexpectedReplyError(SlurmJobApiError):
+    """A reply this provider cannot read: a field of another type or shape than it knows (a proxy's
+    answer, another slurmrestd version). Retryable: a read is repeated within the retry budget, a
+    shared poller's triggers keep watching, and a submit is reconciled by its key."""
+
+    retryable = True
+
+    def __init__(self, call: str, shape: str, problem: str) -> None:
+        super().__init__(f"{call}: a reply this provider cannot read ({problem}); the reply's shape: {shape}")
+        self.call = call
+        self.shape = shape
+        self.problem = problem
+
+
+def reply_shape(body: Any) -> str:
+    """What a reply holds, without its values: the type of each top-level field (a job's
+    environment or a token must never reach a log through an error message)."""
+
+    def kind(value: Any) -> str:
+        if isinstance(value, (dict, list)):
+            return f"{'object' if isinstance(value, dict) else 'list'} of {len(value)}"
+        return type(value).__name__
+
+    if not isinstance(body, dict):
+        return kind(body)
+    fields = [f"{str(key)[:40]}: {kind(value)}" for key, value in list(body.items())[:12]]
+    return "{" + ", ".join(fields) + (", ..." if len(body) > 12 else "") + "}"
+
+
 class BulkStateQueryUnsupported(SlurmJobApiError):
     """The API refused a query string in ``path`` (undocumented either way): poll job by job."""

@@ -20,6 +20,8 @@ from airflow_provider_slurmapi.client.errors import (
     SlurmError,
     SlurmErrorDetail,
     SlurmJobApiError,
+    UnexpectedReplyError,
+    reply_shape,
 )
 from airflow_provider_slurmapi.client.job_description import submission_body
 from airflow_provider_slurmapi.client.job_events import END_STATES, EndedJob
@@ -62,6 +64,7 @@ def _send_submission(api: ApiSettings, body: dict[str, Any], key: str | None) ->
     while True:
         try:
             reply = yield from request(SlurmCall("POST", api.paths.submit(), body))
+            return _submitted_job_id(reply, api)
         except SlurmJobApiError as error:
             pause = next(pauses, None) if error.retryable else None
             if pause is None:
@@ -73,8 +76,6 @@ def _send_submission(api: ApiSettings, body: dict[str, Any], key: str | None) ->
                 log.info("The submit had reached Slurm: %s", found.describe())
                 return found.job_id
             yield Pause(pause)
-            continue
-        return _submitted_job_id(reply, api)
 
 
 def _submitted_job_id(reply: SlurmReply, api: ApiSettings) -> str:
@@ -91,7 +92,20 @@ def _submitted_job_id(reply: SlurmReply, api: ApiSettings) -> str:
             for w in reply.warnings
         ] or [SlurmErrorDetail(None, "no job_id in the reply; the job may have been submitted", "", "")]
         raise SlurmError(reply.status, details, path=api.paths.submit())
+    if isinstance(job_id, bool) or not isinstance(job_id, (int, str)) or not str(job_id).isdigit():
+        # the job was most likely created: reconciled by its key like a lost reply
+        raise UnexpectedReplyError(reply.call, reply_shape(reply.body), f"job_id is {type(job_id).__name__}")
     return str(job_id)
+
+
+def _records(reply: SlurmReply, name: str = "jobs") -> list[dict[str, Any]]:
+    """The reply's ``jobs`` (or ``name``): a list of objects (none when absent), else the reply is unreadable."""
+    records = reply.body.get(name)
+    if records is None:
+        return []
+    if not isinstance(records, list) or not all(isinstance(record, dict) for record in records):
+        raise UnexpectedReplyError(reply.call, reply_shape(reply.body), f"{name} is not a list of objects")
+    return records
 
 
 def find_job_by_key(
@@ -102,11 +116,11 @@ def find_job_by_key(
     Accounting is asked for jobs of the same ``name`` (the key itself cannot be queried).
     """
     reply = yield from request(SlurmCall("GET", api.paths.jobs()))
-    keyed = [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []]
+    keyed = [JobStatus.from_slurm(j) for j in _records(reply)]
     keyed = [job for job in keyed if carries_key(job, key)]
     if not keyed and accounting:
         reply = yield from request(SlurmCall("GET", api.paths.accounting_jobs(name)))
-        listed = [JobStatus.from_slurmdb(j) for j in latest_runs(reply.body.get("jobs") or [])]
+        listed = [JobStatus.from_slurmdb(j) for j in latest_runs(_records(reply))]
         keyed = [job for job in listed if carries_key(job, key)]
         if listed and not any(job.comment for job in listed):
             log.warning(
@@ -202,9 +216,9 @@ def _read_records(api: ApiSettings, job_id: JobId, source: RecordSource) -> Oper
     """The job's records in one place: a job the live queue no longer knows has none there."""
     if source is RecordSource.ACCOUNTING:
         reply = yield from request(SlurmCall("GET", api.paths.accounting_job(job_id)))
-        return latest_runs(reply.body.get("jobs") or [])  # a requeued job's last run
+        return latest_runs(_records(reply))  # a requeued job's last run
     reply = yield from request(SlurmCall("GET", api.paths.job(job_id), accept_status=(404,)))
-    return [] if reply.status == 404 else list(reply.body.get("jobs") or [])
+    return [] if reply.status == 404 else list(_records(reply))
 
 
 def describe_requeue(api: ApiSettings, status: JobStatus) -> Operation[str]:
@@ -219,14 +233,14 @@ def describe_requeue(api: ApiSettings, status: JobStatus) -> Operation[str]:
     except SlurmJobApiError as error:
         log.debug("No requeue cause for Slurm job %s: %s", job_id, error)
         return requeue_line(status, None)
-    return requeue_line(status, run_that_ended(reply.body.get("jobs") or [], job_id, status.restarts))
+    return requeue_line(status, run_that_ended(_records(reply), job_id, status.restarts))
 
 
 def requeue_lines(api: ApiSettings, statuses: list[JobStatus]) -> Operation[dict[str, str]]:
     """``describe_requeue`` for many jobs at once, with one accounting read for all (by job ID)."""
     try:
         reply = yield from request(SlurmCall("GET", api.paths.accounting_jobs_of([s.job_id for s in statuses])))
-        records = list(reply.body.get("jobs") or [])
+        records = list(_records(reply))
     except SlurmJobApiError as error:
         log.debug("No requeue causes for Slurm jobs %s: %s", [s.job_id for s in statuses], error)
         records = []
@@ -246,7 +260,7 @@ def job_states(api: ApiSettings, job_ids: list[str]) -> Operation[dict[str, list
             if isinstance(error, SlurmError) and error.status != 400:
                 raise
             raise BulkStateQueryUnsupported(f"the bulk job state query was refused: {error}") from error
-        for job in reply.body.get("jobs") or []:
+        for job in _records(reply):
             state = job.get("state")
             states[str(job.get("job_id"))] = [state] if isinstance(state, str) else [str(s) for s in state or []]
     return states
@@ -268,7 +282,7 @@ def queue_changes(api: ApiSettings, since: int | None = None) -> Operation[Queue
     stamp = int((reply.body.get("last_update") or {}).get("number") or 0)
     if since is not None and not stamp:  # "No job changes since update_time[...]": last_update 0, no jobs
         return QueueChanges(since, None)
-    return QueueChanges(stamp, [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []])
+    return QueueChanges(stamp, [JobStatus.from_slurm(j) for j in _records(reply)])
 
 
 def ended_jobs(api: ApiSettings, start_time: int, end_time: int) -> Operation[list[EndedJob]]:
@@ -277,7 +291,7 @@ def ended_jobs(api: ApiSettings, start_time: int, end_time: int) -> Operation[li
     path = api.paths.accounting_ended_jobs(start_time, end_time, list(END_STATES))
     # an empty window is an answer, not a problem: "slurmdb_jobs_get(0x...) found nothing"
     reply = yield from request(SlurmCall("GET", path, expected_warning="slurmdb_jobs_get("))
-    return [EndedJob.from_slurmdb(record) for record in reply.body.get("jobs") or [] if isinstance(record, dict)]
+    return [EndedJob.from_slurmdb(record) for record in _records(reply)]
 
 
 def list_jobs(api: ApiSettings) -> Operation[list[JobStatus]]:
@@ -295,9 +309,7 @@ def cancel_job(api: ApiSettings, job_id: object, signal: str | int | None = None
     job_id = validate_job_id(job_id)
     path = api.paths.cancel(job_id, signal)
     reply = yield from request(SlurmCall("DELETE", path))
-    codes = [
-        (entry.get("error") or {}).get("code", 0) for entry in reply.body.get("status") or [] if isinstance(entry, dict)
-    ]
+    codes = [(entry.get("error") or {}).get("code", 0) for entry in _records(reply, "status")]
     failures = [code for code in codes if code not in (0, ERROR_ALREADY_COMPLETING, ERROR_INVALID_JOB_ID)]
     if failures:
         raise SlurmError(reply.status, [_status_detail(e) for e in reply.body["status"]], path=path)

@@ -6,16 +6,21 @@ differ only in how bytes travel and how they wait.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import logging
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TypeAlias, TypeVar
 
 from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply
-from airflow_provider_slurmapi.client.errors import SlurmJobApiError
+from airflow_provider_slurmapi.client.errors import SlurmJobApiError, UnexpectedReplyError, reply_shape
 from airflow_provider_slurmapi.client.paths import SlurmPaths
-from airflow_provider_slurmapi.client.retry import NO_RETRY, RetryPolicy
+from airflow_provider_slurmapi.client.retry import NO_RETRY, RetryPolicy, is_repeatable
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# What reading a reply of another shape raises (an object where a list was, a number for a text...).
+PARSE_ERRORS = (AttributeError, IndexError, KeyError, TypeError, ValueError)
 
 
 @dataclass(frozen=True)
@@ -42,11 +47,46 @@ StepResult: TypeAlias = SlurmReply | SlurmJobApiError | None
 def advance(operation: Operation[T], outcome: StepResult) -> SlurmCall | Pause:
     """The operation's next step after ``outcome``; StopIteration carries its result.
 
-    An error is thrown into the operation, which may reconcile it (a submit) or let it out.
+    An error is thrown into the operation, which may reconcile it (a submit) or let it out. A reply
+    the operation cannot read raises ``UnexpectedReplyError``, naming the call and the reply's shape.
     """
     if isinstance(outcome, SlurmJobApiError):
         return operation.throw(outcome)
-    return operation.send(outcome)
+    try:
+        return operation.send(outcome)
+    except SlurmJobApiError:
+        raise
+    except PARSE_ERRORS as error:
+        if not isinstance(outcome, SlurmReply):
+            raise
+        problem = f"{type(error).__name__}: {error}"[:200]
+        raise UnexpectedReplyError(outcome.call, reply_shape(outcome.body), problem) from error
+
+
+def read_again_if_unreadable(make: Callable[[], Operation[T]], retry: RetryPolicy) -> Operation[T]:
+    """The operation ``make`` builds, built and run again after a pause when a reply could not be
+    read, as the retry policy allows, if all it sent were requests safe to repeat (no submit)."""
+    pauses = retry.resubmit_pauses()
+    while True:
+        operation, repeatable = make(), True
+        outcome: StepResult = None
+        try:
+            while True:
+                step = advance(operation, outcome)
+                repeatable = repeatable and (isinstance(step, Pause) or is_repeatable(step))
+                try:
+                    outcome = yield step
+                except SlurmJobApiError as error:  # the request's error, for the operation
+                    outcome = error
+        except StopIteration as done:
+            result: T = done.value
+            return result
+        except UnexpectedReplyError as error:
+            pause = next(pauses, None) if repeatable else None
+            if pause is None:
+                raise
+            log.warning("%s; reading again in %.1f s", error, pause)
+        yield Pause(pause)
 
 
 def request(call: SlurmCall) -> Operation[SlurmReply]:

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from airflow_provider_slurmapi.emulator.backend_api import HTTP_METHODS
 
@@ -35,9 +36,42 @@ FAULT_KINDS = (
     "reset_after",  # the backend handles the call, then the connection is reset: the reply is lost
     "latency",  # answered normally after a delay
     "token_rejected",  # 401 UNAUTHENTICATED although the token is valid
+    "unexpected_reply",  # the backend handles the call; its reply comes in a shape parsers do not expect
 )
 FAULT_HEADER = "X-Emulator-Fault"
 DEFAULT_LATENCY = 2.0
+
+
+# The envelope of every slurmrestd reply, kept as it is by an "unexpected_reply" fault.
+_REPLY_ENVELOPE = ("meta", "errors", "warnings")
+
+
+def unexpected_body(body: dict[str, Any]) -> dict[str, Any]:
+    """An "unexpected_reply" fault's body: ``body``'s data in shapes that real services send but a
+    reader of this slurmrestd version does not expect (the same body always gives the same shape):
+
+    * each top-level list (``jobs``, a cancel's ``status``, ``pings``), even an empty one, is an
+      object keyed by its entries' ``job_id`` (else their position), as a proxy re-keying lists sends it;
+    * ``last_update`` is a plain number, as slurmrestd v0.0.39 wrote it, not ``{"set", "number"}``;
+    * a submit's ``job_id`` is ``{"set", "infinite", "number"}``, as v0.0.40+ write most numbers.
+    """
+    reshaped: dict[str, Any] = {}
+    for name, value in body.items():
+        if name in _REPLY_ENVELOPE:
+            reshaped[name] = value
+        elif isinstance(value, list):
+            reshaped[name] = {str(_job_id(entry, n)): entry for n, entry in enumerate(value)}
+        elif name == "last_update" and isinstance(value, dict):
+            reshaped[name] = value.get("number", 0)
+        elif name == "job_id" and isinstance(value, int):
+            reshaped[name] = {"set": True, "infinite": False, "number": value}
+        else:
+            reshaped[name] = value
+    return reshaped
+
+
+def _job_id(entry: object, position: int) -> object:
+    return entry.get("job_id", position) if isinstance(entry, dict) else position
 
 
 def check_kind(name: str, kind: object) -> str:

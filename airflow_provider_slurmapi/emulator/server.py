@@ -31,7 +31,7 @@ from airflow_provider_slurmapi.emulator.backend_api import (
     SlurmBackend,
     SlurmRequest,
 )
-from airflow_provider_slurmapi.emulator.faults import FAULT_HEADER, FaultInjector
+from airflow_provider_slurmapi.emulator.faults import FAULT_HEADER, FaultInjector, unexpected_body
 from airflow_provider_slurmapi.emulator.request_log import RequestLog
 
 log = logging.getLogger(__name__)
@@ -227,6 +227,8 @@ async def _answer_with_faults(
     elif fault in _FAULT_REPLIES:
         return _FAULT_REPLIES[fault]()
     response = await _answer(state, backend, call, resource)
+    if fault == "unexpected_reply":  # the backend has finished; its reply comes reshaped
+        return _reshaped(response)
     # reset_after: the backend has finished (a submitted job exists), only the reply is lost
     return _reset_connection(request) if fault == "reset_after" else response
 
@@ -297,6 +299,16 @@ _FAULT_REPLIES: dict[str, Callable[[], web.Response]] = {
     # Google may reject a token the emulator itself would accept: same reply as for a bad token
     "token_rejected": lambda: google_error(401, UNAUTHENTICATED_MESSAGE),
 }
+
+
+def _reshaped(response: web.Response) -> web.Response:
+    """The answer with its Slurm body in the shape an "unexpected_reply" fault gives (``unexpected_body``)."""
+    envelope = json.loads(response.text or "{}")
+    if isinstance(envelope.get("structuredBody"), dict):
+        envelope["structuredBody"] = unexpected_body(envelope["structuredBody"])
+    elif isinstance(envelope.get("body"), str) and envelope["body"].startswith("{"):  # not a text/plain answer
+        envelope["body"] = json.dumps(unexpected_body(json.loads(envelope["body"])))
+    return web.json_response(envelope, status=response.status)
 
 
 def _reset_connection(request: web.Request) -> web.Response:

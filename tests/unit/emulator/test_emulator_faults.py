@@ -25,8 +25,9 @@ from airflow_provider_slurmapi.client.errors import (
     TransportError,
     UnauthenticatedError,
     UnavailableError,
+    UnexpectedReplyError,
 )
-from airflow_provider_slurmapi.client.retry import NO_RETRY
+from airflow_provider_slurmapi.client.retry import NO_RETRY, RetryPolicy
 from airflow_provider_slurmapi.client.sync import SlurmJobApiClient
 from airflow_provider_slurmapi.emulator import (
     FAULT_HEADER,
@@ -38,6 +39,7 @@ from airflow_provider_slurmapi.emulator import (
     ScriptedFault,
 )
 from airflow_provider_slurmapi.emulator.cli import config_from_args, describe
+from airflow_provider_slurmapi.emulator.faults import unexpected_body
 from airflow_provider_slurmapi.emulator.server import UNAUTHENTICATED_MESSAGE
 
 PING = "/slurm/v0.0.42/ping"
@@ -51,12 +53,10 @@ def no_faults(emu: Emulator) -> Iterator[None]:
     emu.faults.clear()
 
 
-def sync_client(emu: Emulator) -> SlurmJobApiClient:
+def sync_client(emu: Emulator, retry: RetryPolicy = NO_RETRY) -> SlurmJobApiClient:
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {emu.issue_token()}"
-    return SlurmJobApiClient(
-        session, ClusterRef(PROJECT, REGION, CLUSTER, endpoint=emu.url), retry=NO_RETRY, timeout=10
-    )
+    return SlurmJobApiClient(session, ClusterRef(PROJECT, REGION, CLUSTER, endpoint=emu.url), retry=retry, timeout=10)
 
 
 def async_client(emu: Emulator) -> AsyncSlurmJobApiClient:
@@ -213,6 +213,89 @@ async def test_async_client_sees_resets_as_transport_errors(emu: Emulator, api: 
         with pytest.raises(TransportError):
             await client.submit_job(job, "#!/bin/sh\ntrue\n")
     assert job["name"] in submitted_names(api)
+
+
+# --- unexpected replies --------------------------------------------------------------------------
+
+JOBS = "/slurm/v0.0.42/jobs"
+
+
+def test_unexpected_body_rekeys_lists_and_swaps_number_forms() -> None:
+    meta = {"plugin": {"type": "openapi/slurmctld"}}
+    body = {
+        "jobs": [{"job_id": 7, "name": "a"}, {"job_id": 8, "name": "b"}],
+        "last_update": {"set": True, "infinite": False, "number": 1700000000},
+        "meta": meta,
+        "errors": [],
+        "warnings": [{"description": "kept"}],
+    }
+    assert unexpected_body(body) == {
+        "jobs": {"7": {"job_id": 7, "name": "a"}, "8": {"job_id": 8, "name": "b"}},
+        "last_update": 1700000000,
+        "meta": meta,
+        "errors": [],
+        "warnings": [{"description": "kept"}],
+    }
+    assert unexpected_body({"jobs": []})["jobs"] == {}  # an empty answer is reshaped too
+    assert unexpected_body({"status": [{"error": {"code": 0}}]}) == {"status": {"0": {"error": {"code": 0}}}}
+    assert unexpected_body({"job_id": 12, "step_id": "batch"}) == {
+        "job_id": {"set": True, "infinite": False, "number": 12},
+        "step_id": "batch",
+    }
+    assert unexpected_body(body) == unexpected_body(body)  # deterministic
+
+
+def test_unexpected_reply_is_a_200_with_the_data_reshaped(emu: Emulator, api: Api, workdir: Path) -> None:
+    job_id = api.submit("#!/bin/sh\nsleep 30\n", current_working_directory=str(workdir))
+    try:
+        response = forced(api, "unexpected_reply", path=JOBS)
+        assert response.status_code == 200
+        reply = response.json()["structuredBody"]
+        assert str(job_id) in reply["jobs"] and reply["jobs"][str(job_id)]["job_id"] == job_id
+        assert isinstance(reply["last_update"], int) and reply["errors"] == []
+    finally:
+        api.call("DELETE", f"/slurm/v0.0.42/job/{job_id}")
+
+
+def test_the_client_names_the_call_and_the_shape_never_the_values(emu: Emulator, api: Api, workdir: Path) -> None:
+    secret = "s3cret-" + uuid.uuid4().hex
+    job_id = api.submit(
+        "#!/bin/sh\nsleep 30\n",
+        current_working_directory=str(workdir),
+        environment=["PATH=/bin:/usr/bin", f"WANDB_API_KEY={secret}"],
+    )
+    try:
+        emu.faults.script(ScriptedFault("unexpected_reply", method="GET", path="jobs/$"))
+        with pytest.raises(UnexpectedReplyError) as caught:
+            sync_client(emu).list_jobs()
+        message = str(caught.value)
+        assert caught.value.retryable
+        assert message.startswith(f"GET {JOBS}/") and "last_update: int" in message and "jobs: object of" in message
+        assert secret not in message
+    finally:
+        api.call("DELETE", f"/slurm/v0.0.42/job/{job_id}")
+
+
+def test_a_read_of_an_unexpected_reply_is_read_again_within_the_retry_budget(
+    emu: Emulator, api: Api, workdir: Path
+) -> None:
+    job_id = api.submit("#!/bin/sh\nexit 0\n", current_working_directory=str(workdir))
+    emu.faults.script(ScriptedFault("unexpected_reply", method="GET", path=f"job/{job_id}$", times=2))
+    status = sync_client(emu, RetryPolicy(max_attempts=3, initial_wait=0.01)).get_job(job_id)
+    assert status.job_id == str(job_id) and emu.faults.injected == {"unexpected_reply": 2}
+
+
+def test_an_unexpected_reply_to_a_submit_leaves_one_job_adopted_by_its_key(
+    emu: Emulator, api: Api, workdir: Path
+) -> None:
+    emu.faults.script(ScriptedFault("unexpected_reply", method="POST", path="job/submit$"))
+    job = job_desc(workdir)
+    client = sync_client(emu, RetryPolicy(max_attempts=3, initial_wait=0.01))
+    job_id = client.submit_job(job, "#!/bin/sh\ntrue\n", key="k-" + uuid.uuid4().hex)
+    _, reply = api.call("GET", "/slurmdb/v0.0.42/jobs")
+    submitted = [str(j["job_id"]) for j in reply["jobs"] if j["name"] == job["name"]]
+    assert submitted == [job_id]  # the call took effect once
+    assert emu.faults.injected == {"unexpected_reply": 1}
 
 
 # --- plan, script, header, counters (through the server) -----------------------------------------
