@@ -9,16 +9,16 @@ and cursor (``client.job_events``).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_slurmapi.client.errors import SlurmJobApiError
 from airflow_provider_slurmapi.client.job_events import EndedJob
 from airflow_provider_slurmapi.triggers.interval_poller import IntervalPoller, PollerRegistry
-from airflow_provider_slurmapi.triggers.polling import GATHER_SECONDS, open_client
+from airflow_provider_slurmapi.triggers.polling import open_client
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class EndedJobsTick:
 
     window_start: int
     jobs: tuple[EndedJob, ...] = ()
-    error: Exception | None = None
+    error: SlurmJobApiError | None = None
 
 
 @dataclass(eq=False)
@@ -50,24 +50,22 @@ class EndedJobsPoller(IntervalPoller[EndedJobsTick]):
         self.watches: list[_Watch] = []
         self.calls = 0  # accounting reads made, for tests and benchmarks
 
-    async def _poll(self) -> None:
-        await asyncio.sleep(GATHER_SECONDS)  # watchers started together join the first read
-        loop = asyncio.get_running_loop()
-        while self.watches:
-            started = loop.time()
-            self._publish(await self._read())
-            await asyncio.sleep(max(0.0, self.interval - (loop.time() - started)))
+    def _keeps_polling(self) -> bool:
+        return bool(self.watches)
 
     async def _read(self) -> EndedJobsTick:
-        window_start = min(watch.read_from for watch in self.watches)
-        try:
-            if self.client is None:  # opened here, so that a bad connection is tried again next interval
-                self.client = await open_client(self.hook_kwargs)
-            jobs = await self.client.ended_jobs(window_start, int(time.time()) + OPEN_END_SECONDS)
-        except Exception as error:  # the client already retried what was transient; watchers keep watching
-            return EndedJobsTick(window_start, error=error)
+        window_start = self._window_start()
+        if self.client is None:  # opened here, so that a bad connection is tried again next interval
+            self.client = await open_client(self.hook_kwargs)
+        jobs = await self.client.ended_jobs(window_start, int(time.time()) + OPEN_END_SECONDS)
         self.calls += 1
         return EndedJobsTick(window_start, tuple(jobs))
+
+    def _failed(self, error: SlurmJobApiError) -> EndedJobsTick:
+        return EndedJobsTick(self._window_start(), error=error)
+
+    def _window_start(self) -> int:
+        return min((watch.read_from for watch in self.watches), default=0)
 
 
 _POLLERS = PollerRegistry(EndedJobsPoller)

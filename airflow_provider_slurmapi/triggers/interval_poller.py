@@ -1,24 +1,49 @@
 """What the triggerer's shared pollers have in common: one loop per connection settings and interval
 in the running event loop, whose answers ("ticks") every trigger that joined it awaits, and the
-registry that finds a trigger its poller and closes the poller when the last trigger leaves."""
+registry that finds a trigger its poller and closes the poller when the last trigger leaves.
+
+The loop outlives any failure of one read: the read's exception (whatever it is) becomes an error
+tick, which the triggers take as a transient outage, and the next interval reads as usual. A loop
+that ended anyway is started again by the next trigger that waits for it, and no trigger waits
+longer than ``interval + TICK_WAIT_GRACE_SECONDS`` for a tick.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from airflow_provider_slurmapi.client.aio import AsyncSlurmJobApiClient
+from airflow_provider_slurmapi.client.errors import SlurmJobApiError
+
+log = logging.getLogger(__name__)
 
 TickT = TypeVar("TickT")
 PollerT = TypeVar("PollerT", bound="IntervalPoller[Any]")
 
+# Triggers started together (a triggerer starting up) join the poller's first read.
+GATHER_SECONDS = 0.2
+# How much longer than its interval a trigger waits for a tick before it counts the tick as failed
+# (and has a stopped loop started again): enough for a read the client retries through the default
+# retry budget (two minutes), with a per-request timeout to spare.
+TICK_WAIT_GRACE_SECONDS = 300.0
+
+
+class PollerError(SlurmJobApiError):
+    """The shared read failed for a reason the client does not name (a bug), or gave no answer in
+    time: its triggers keep watching, as through an outage."""
+
+    retryable = True
+
 
 class IntervalPoller(Generic[TickT]):
-    """Reads once per ``interval`` for all its triggers (``_poll``, of each kind of poller) and
-    hands every answer to all of them (``_publish``, ``next_tick``)."""
+    """Reads once per ``interval`` for all its triggers (``_read``, of each kind of poller) and
+    hands every answer to all of them (``_publish``, ``next_tick``); a failed read is answered by
+    ``_failed`` (an error tick)."""
 
     def __init__(self, key: tuple[Any, ...], hook_kwargs: dict[str, Any], interval: float, first: TickT) -> None:
         self.key = key
@@ -28,14 +53,31 @@ class IntervalPoller(Generic[TickT]):
         self._tick = first
         self._ticked = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
+        self._failing = False  # the last read failed: its outage was logged
+        self._closed = False
 
     def ensure_polling(self) -> None:
-        if self._loop_task is None:
-            self._loop_task = asyncio.ensure_future(self._poll())
+        """Start the loop, or start it again if it ended although triggers still wait on it."""
+        task = self._loop_task
+        if self._closed or task is not None and (not task.done() or not self._keeps_polling()):
+            return
+        if task is not None:
+            error = None if task.cancelled() else task.exception()
+            ended = "cancelled" if task.cancelled() else repr(error) if error else "returned"
+            log.warning("Shared Slurm poller (every %g s) had stopped (%s); starting it again", self.interval, ended)
+        self._loop_task = asyncio.ensure_future(self._poll())
 
     async def next_tick(self) -> TickT:
+        """The next tick, or an error tick once ``interval + TICK_WAIT_GRACE_SECONDS`` passed without one."""
+        self.ensure_polling()
         ticked = self._ticked  # the event of the coming tick, even if a tick happens meanwhile
-        await ticked.wait()
+        try:
+            async with asyncio.timeout(self.interval + TICK_WAIT_GRACE_SECONDS):
+                await ticked.wait()
+        except TimeoutError:
+            self.ensure_polling()
+            waited = self.interval + TICK_WAIT_GRACE_SECONDS
+            return self._failed(PollerError(f"the shared Slurm read gave no answer for {waited:g} s"))
         return self._tick
 
     def _publish(self, tick: TickT) -> None:
@@ -43,9 +85,47 @@ class IntervalPoller(Generic[TickT]):
         ticked.set()
 
     async def _poll(self) -> None:
+        await asyncio.sleep(GATHER_SECONDS)
+        loop = asyncio.get_running_loop()
+        while self._keeps_polling():
+            started = loop.time()
+            self._publish(await self._read_or_fail())
+            await asyncio.sleep(max(0.0, self.interval - (loop.time() - started)))
+
+    async def _read_or_fail(self) -> TickT:
+        """The read's tick, or an error tick whatever the read raised (logged once per outage)."""
+        try:
+            tick = await self._read()
+        except Exception as error:  # not CancelledError: closing the poller stops the loop
+            failure = error if isinstance(error, SlurmJobApiError) else PollerError(f"{type(error).__name__}: {error}")
+            if not self._failing:
+                log.warning(
+                    "Shared Slurm read (every %g s) failed; its triggers keep watching, and it reads again "
+                    "every interval: %s",
+                    self.interval,
+                    failure,
+                    exc_info=not isinstance(error, SlurmJobApiError),  # a bug: where it is
+                )
+            self._failing = True
+            return self._failed(failure)
+        if self._failing:
+            log.info("Shared Slurm read (every %g s) answers again", self.interval)
+        self._failing = False
+        return tick
+
+    def _keeps_polling(self) -> bool:
+        """Whether the loop has triggers to read for."""
+        raise NotImplementedError
+
+    async def _read(self) -> TickT:
+        raise NotImplementedError
+
+    def _failed(self, error: SlurmJobApiError) -> TickT:
+        """The tick that tells the triggers this read failed."""
         raise NotImplementedError
 
     async def close(self) -> None:
+        self._closed = True
         if self._loop_task is not None:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

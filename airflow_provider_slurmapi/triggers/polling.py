@@ -42,8 +42,6 @@ from airflow_provider_slurmapi.triggers.interval_poller import IntervalPoller, P
 
 log = logging.getLogger(__name__)
 
-# Triggers started together (a triggerer starting up) join the poller's first call.
-GATHER_SECONDS = 0.2
 # Full reads of pending jobs the poller allows per tick when the queue read failed: a triggerer
 # that starts with a thousand pending jobs reads them over a few intervals, not in one burst.
 FULL_READS_PER_TICK = 50
@@ -146,25 +144,24 @@ class SharedPoller(IntervalPoller[Tick]):
         self._requeued.append((status, line))
         return await line
 
-    async def _poll(self) -> None:
-        await asyncio.sleep(GATHER_SECONDS)
-        loop = asyncio.get_running_loop()
-        while self.watched and self.client is not None:
-            started = loop.time()
-            tick = Tick()
-            try:
-                tick = await self._read_tick()
-            except BulkStateQueryUnsupported as error:
-                log.warning("Polling each Slurm job by itself from now on: %s", error)
-                self.unsupported = True
-            except SlurmJobApiError as error:  # the client already retried; triggers keep watching
-                tick.error = error
-            self._full_reads_left = FULL_READS_PER_TICK
-            self.ticks += 1
-            self._publish(tick)
-            if self.unsupported:
-                return
-            await asyncio.sleep(max(0.0, self.interval - (loop.time() - started)))
+    def _keeps_polling(self) -> bool:
+        return bool(self.watched) and self.client is not None and not self.unsupported
+
+    async def _read(self) -> Tick:
+        try:
+            return await self._read_tick()
+        except BulkStateQueryUnsupported as error:
+            log.warning("Polling each Slurm job by itself from now on: %s", error)
+            self.unsupported = True
+            return Tick()
+
+    def _failed(self, error: SlurmJobApiError) -> Tick:
+        return Tick(error=error)
+
+    def _publish(self, tick: Tick) -> None:
+        self._full_reads_left = FULL_READS_PER_TICK
+        self.ticks += 1
+        super()._publish(tick)
 
     async def _read_tick(self) -> Tick:
         """The next answer to the triggers, and whether the one after is read from the queue."""
