@@ -75,19 +75,24 @@ def mask_environment(job: dict[str, Any]) -> None:
             mask_secret(value)
 
 
+def own_output_paths(job: dict[str, Any]) -> list[str]:
+    """The ``standard_output`` / ``standard_error`` the job description sets itself (then no per-try path is set)."""
+    return [str(job[name]) for name in ("standard_output", "standard_error") if job.get(name)]
+
+
 def with_output_paths(job: dict[str, Any], settings: OutputSettings, ti: TaskTry, log: Log) -> dict[str, Any]:
     """The job description with a per-try ``standard_output`` / ``standard_error`` under
     ``output_cluster_path``, when output is readable and the description sets neither."""
     if not settings.readable:
         return job
-    given = [job.get(name) for name in ("standard_output", "standard_error") if job.get(name)]
+    given = own_output_paths(job)
     if not given:
         out, err = settings.per_try_paths(
             ti.dag_id, ti.run_id, ti.task_id, getattr(ti, "map_index", -1), ti.try_number, array="array" in job
         )
         return {**job, "standard_output": out, "standard_error": err}
     for path in given:
-        if not settings.is_under_cluster_path(str(path)):
+        if not settings.is_under_cluster_path(path):
             log.warning(
                 "standard_output/standard_error %s is not under output_cluster_path %s: "
                 "Airflow will not be able to show this job's output",
