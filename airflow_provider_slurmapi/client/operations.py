@@ -49,9 +49,10 @@ def submit_job(api: ApiSettings, job: dict[str, Any], script: str, *, key: str |
     """Submit a batch job and return its ID.
 
     With a ``key`` (put in the job's comment), a submit that failed in a way that may hide a job
-    Slurm created (reply lost, 503, reset) is reconciled: the job is looked up by its key and
-    adopted if found, and only if it is not is the submit sent again, after a pause, as often and
-    as long as the client's retry policy allows.
+    Slurm created or is still creating (reply lost, 503, 504, reset, timeout) is reconciled: after
+    a pause long enough for a submit still under way to land (``RetryPolicy.submit_settle``), the
+    job is looked up by its key and adopted if found, and only if it is not is the submit sent
+    again at once, as often and as long as the client's retry policy allows.
     """
     body = submission_body(with_key(job, key) if key else job, script, api.paths.api_version)
     return (yield from _send_submission(api, body, key))
@@ -66,13 +67,18 @@ def _send_submission(api: ApiSettings, body: dict[str, Any], key: str | None) ->
             pause = next(pauses, None) if error.retryable else None
             if pause is None:
                 raise
-            log.warning("Submit failed (%s); looking for the job by its key before submitting again", error)
-            # a job this submit created is in the live queue: accounting need not be asked
-            found = yield from find_job_by_key(api, key or "", accounting=False)
+            log.warning(
+                "Submit failed (%s); looking for the job by its key in %.0f s, once a submit still under way "
+                "has landed, before submitting again",
+                error,
+                pause,
+            )
+            yield Pause(pause)
+            # (a short job that submit created may have ended and left the live queue meanwhile)
+            found = yield from find_job_by_key(api, key or "", body["job"].get("name"))
             if found is not None:
                 log.info("The submit had reached Slurm: %s", found.describe())
                 return found.job_id
-            yield Pause(pause)
             continue
         return _submitted_job_id(reply, api)
 

@@ -35,6 +35,9 @@ FAULT_KINDS = (
     "reset_after",  # the backend handles the call, then the connection is reset: the reply is lost
     "latency",  # answered normally after a delay
     "token_rejected",  # 401 UNAUTHENTICATED although the token is valid
+    # 504 DEADLINE_EXCEEDED from Google's front end, which gave up waiting, while the cluster still
+    # works on the call: it takes effect ``latency`` seconds later (a submit creates its job then)
+    "late_landing",
 )
 FAULT_HEADER = "X-Emulator-Fault"
 DEFAULT_LATENCY = 2.0
@@ -234,7 +237,7 @@ class FaultInjector:
 
     @property
     def latency(self) -> float:
-        """Seconds a "latency" fault waits: the plan's, or DEFAULT_LATENCY without a plan."""
+        """Seconds a "latency" fault waits (and a "late_landing" call lands after): the plan's, or DEFAULT_LATENCY without a plan."""
         plan = self._plan
         return plan.latency if plan is not None else DEFAULT_LATENCY
 

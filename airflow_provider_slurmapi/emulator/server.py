@@ -15,7 +15,7 @@ import logging
 import re
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
@@ -52,6 +52,7 @@ _GOOGLE_STATUS = {
     429: "RESOURCE_EXHAUSTED",
     500: "INTERNAL",
     503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
 }
 
 ClusterKey = tuple[str, str, str]  # (project, region, cluster)
@@ -74,6 +75,7 @@ class ServerState:
     query_strings: bool = True  # False: refuse a query string in ``path`` (the API does not say)
     faults: FaultInjector = field(default_factory=FaultInjector)
     requests: RequestLog = field(default_factory=RequestLog)
+    landing_late: set[asyncio.Task[web.Response]] = field(default_factory=set)  # calls a "late_landing" fault delayed
 
 
 STATE_KEY: web.AppKey[ServerState] = web.AppKey("emulator_state", ServerState)
@@ -224,11 +226,26 @@ async def _answer_with_faults(
         await asyncio.sleep(state.faults.latency)
     elif fault == "reset_before":
         return _reset_connection(request)
+    elif fault == "late_landing":
+        _land_late(state, _answer(state, backend, call, resource))
+        return google_error(504, "Deadline exceeded.")
     elif fault in _FAULT_REPLIES:
         return _FAULT_REPLIES[fault]()
     response = await _answer(state, backend, call, resource)
     # reset_after: the backend has finished (a submitted job exists), only the reply is lost
     return _reset_connection(request) if fault == "reset_after" else response
+
+
+def _land_late(state: ServerState, answer: Coroutine[Any, Any, web.Response]) -> None:
+    """Run the call ``state.faults.latency`` seconds from now; its reply goes nowhere."""
+
+    async def later() -> web.Response:
+        await asyncio.sleep(state.faults.latency)
+        return await answer
+
+    task = asyncio.ensure_future(later())
+    state.landing_late.add(task)  # a reference, so that the task is not collected before it runs
+    task.add_done_callback(state.landing_late.discard)
 
 
 async def _answer(

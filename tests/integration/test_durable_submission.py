@@ -184,6 +184,16 @@ def test_a_failed_submit_is_reconciled_through_the_key(slurm_connection: str, em
     assert ctx["ti"].xcom["job_state"] == "COMPLETED"
 
 
+def test_a_submit_that_lands_after_the_client_gave_up_makes_one_job(slurm_connection: str, emulator: Emulator) -> None:
+    run = TaskRun()
+    emulator.faults.clear()  # the call lands DEFAULT_LATENCY (2 s) after Google answered 504
+    emulator.faults.script(ScriptedFault("late_landing", method="POST", path="job/submit$"))
+    job_id = operator("exit 0").execute(run.context())
+    assert emulator.faults.injected["late_landing"] == 1
+    time.sleep(3)  # past the landing, whatever the client did meanwhile
+    assert jobs_of(emulator, run) == [job_id]
+
+
 def test_a_submit_rejected_by_slurm_is_not_retried(slurm_connection: str, emulator: Emulator) -> None:
     run = TaskRun()
     with pytest.raises(Exception, match="partition"):
