@@ -23,7 +23,7 @@ from airflow_provider_slurmapi.client.errors import (
 )
 from airflow_provider_slurmapi.client.job_description import submission_body
 from airflow_provider_slurmapi.client.job_events import END_STATES, EndedJob
-from airflow_provider_slurmapi.client.jobs import JobStatus, RecordSource
+from airflow_provider_slurmapi.client.jobs import FINISHED_STATES, JobStatus, RecordSource
 from airflow_provider_slurmapi.client.paths import JobId, base_job_id, validate_job_id
 from airflow_provider_slurmapi.client.requeue import describe_requeue as requeue_line
 from airflow_provider_slurmapi.client.requeue import latest_runs, run_that_ended
@@ -134,14 +134,16 @@ def submit_once(
     known_job_id: str | None = None,
     adopt_completed: bool = False,
     earlier_tries: bool = True,
+    replace_active: bool = False,
 ) -> Operation[Submission]:
     """Submit the job unless an earlier attempt's job (with the same key) makes that wrong.
 
-    A job still pending or running is reattached; one that completed successfully is adopted when
-    ``adopt_completed``; one that failed or was cancelled is submitted anew. ``known_job_id`` (an
-    ID recorded by an earlier attempt) saves the search; ``earlier_tries=False`` (a first try)
-    skips it. Accounting, which holds only finished jobs that left the live queue, is asked only
-    when such a job could be adopted.
+    A job still pending or running is reattached, or, with ``replace_active`` (a user cleared the
+    task to run it again), cancelled and submitted anew; one that completed successfully is
+    adopted when ``adopt_completed``; one that failed or was cancelled (even while Slurm still
+    cleans it up, COMPLETING) is submitted anew. ``known_job_id`` (an ID recorded by an earlier
+    attempt) saves the search; ``earlier_tries=False`` (a first try) skips it. Accounting, which
+    holds only finished jobs that left the live queue, is asked only when such a job could be adopted.
     """
     body = submission_body(with_key(job, key), script, api.paths.api_version)  # bad input fails first
     previous = None
@@ -154,11 +156,14 @@ def submit_once(
         # a newer job of this key may exist if the recorded ID was not the last one
         found = yield from find_job_by_key(api, key, body["job"].get("name"), accounting=adopt_completed)
         previous = found or previous
-    if previous is not None and previous.is_active:
-        return Submission(previous.job_id, Outcome.REATTACHED, previous)
-    if previous is not None and previous.is_success and adopt_completed:
+    if previous is not None and previous.is_active and previous.state not in FINISHED_STATES:
+        if not replace_active:
+            return Submission(previous.job_id, Outcome.REATTACHED, previous)
+        log.info("The task was cleared to run again: cancelling the earlier attempt's %s", previous.describe())
+        yield from cancel_job(api, previous.job_id)
+    elif previous is not None and previous.is_success and adopt_completed:
         return Submission(previous.job_id, Outcome.ADOPTED, previous)
-    if previous is not None:
+    elif previous is not None:
         log.info("An earlier attempt's job will not be reused: %s", previous.describe())
     job_id = yield from _send_submission(api, body, key)
     return Submission(job_id, Outcome.SUBMITTED)

@@ -205,6 +205,7 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
             known_job_id=_text(store.get(STATE_STORE_KEY)) if store is not None else None,
             adopt_completed=self._may_adopt_completed_job(ti),
             earlier_tries=ti.try_number > 1,  # every attempt has a try number of its own
+            replace_active=not is_automatic_retry(ti, self.retries),  # a user's clear runs the job afresh
         )
         self.job_id = submission.job_id
         if store is not None:

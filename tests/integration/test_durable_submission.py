@@ -78,6 +78,13 @@ def wait_finished(job_id: str) -> None:
     SlurmJobApiHook().wait_for_job(job_id, poll_interval=0.3, timeout=30)
 
 
+def wait_running(job_id: str) -> None:
+    deadline = time.monotonic() + 30
+    while SlurmJobApiHook().get_job(job_id).state != "RUNNING":
+        assert time.monotonic() < deadline, f"job {job_id} never started"
+        time.sleep(0.2)
+
+
 def test_the_job_carries_the_task_runs_key(slurm_connection: str, emulator: Emulator) -> None:
     run = TaskRun()
     op = operator("exit 0", job={**JOB, "comment": "nightly"})
@@ -97,12 +104,43 @@ def test_a_retry_reattaches_to_the_job_still_running(slurm_connection: str, emul
     assert jobs_of(emulator, run) == [first]
 
 
-def test_a_cleared_task_reattaches_too_while_its_job_runs(slurm_connection: str, emulator: Emulator) -> None:
+# a job that takes 2 s to stop once cancelled: Slurm shows it CANCELLED+COMPLETING meanwhile
+SLOW_TO_STOP = "trap 'sleep 2; exit 143' TERM\nsleep 60 &\nwait"
+
+
+def state_of(job_id: str) -> str:
+    return SlurmJobApiHook().get_job(job_id).state
+
+
+def test_a_cleared_task_cancels_the_job_still_running_and_submits_afresh(
+    slurm_connection: str, emulator: Emulator
+) -> None:
     run = TaskRun()
-    first = operator("sleep 3", wait_for_completion=False).execute(run.context())
+    first = operator(SLOW_TO_STOP, wait_for_completion=False).execute(run.context())
+    wait_running(first)
+    run.user_clear()  # the killed try's cancel has not reached Slurm yet: the new try cancels it
+    ctx = run.context()
+    second = operator("exit 0").execute(ctx)
+    assert second != first and ctx["ti"].xcom["job_state"] == "COMPLETED"
+    wait_finished(first)
+    assert state_of(first) == "CANCELLED"
+    assert jobs_of(emulator, run) == sorted([first, second], key=int)
+
+
+def test_a_cleared_task_whose_killed_try_cancelled_its_job_submits_afresh(
+    slurm_connection: str, emulator: Emulator
+) -> None:
+    run = TaskRun()
+    killed = operator(SLOW_TO_STOP, wait_for_completion=False)
+    first = killed.execute(run.context())
+    wait_running(first)
+    killed.on_kill()  # what clearing a running task does to its try
+    assert "COMPLETING" in SlurmJobApiHook().get_job(first).flags  # not over yet when the new try starts
     run.user_clear()
-    assert operator("sleep 3").execute(run.context()) == first
-    assert jobs_of(emulator, run) == [first]
+    ctx = run.context()
+    second = operator("exit 0").execute(ctx)  # neither reattached to the cancelled job nor failed CANCELLED
+    assert second != first and ctx["ti"].xcom["job_state"] == "COMPLETED"
+    assert jobs_of(emulator, run) == sorted([first, second], key=int)
 
 
 def test_a_retry_adopts_a_job_that_completed(slurm_connection: str, emulator: Emulator) -> None:

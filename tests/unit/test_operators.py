@@ -464,7 +464,18 @@ def test_execute_without_waiting_returns_the_job_id_and_records_it() -> None:
     job, script, key = args
     assert job == {"name": "task", "partition": "a3"}  # named after the task by default
     assert (script, key) == (SCRIPT, submission_key("dag", "task", "run1", -1))
-    assert kwargs == {"known_job_id": None, "adopt_completed": False, "earlier_tries": False}
+    assert kwargs == {"known_job_id": None, "adopt_completed": False, "earlier_tries": False, "replace_active": True}
+
+
+@pytest.mark.parametrize(("try_number", "max_tries", "replace"), [(2, 1, False), (3, 3, True), (4, 3, False)])
+def test_a_users_clear_replaces_a_running_job_and_a_retry_watches_it(
+    try_number: int, max_tries: int, replace: bool
+) -> None:
+    hook = FakeHook()
+    submit_op(hook, wait_for_completion=False, retries=1).execute(
+        ctx(FakeTI(try_number=try_number, max_tries=max_tries))
+    )
+    assert hook.named("submit_once")[0][1]["replace_active"] is replace
 
 
 def test_execute_keeps_the_jobs_own_name() -> None:
