@@ -40,7 +40,7 @@ airflow2_suites=(tests/unit tests/integration tests/system tests/deployment/test
 failover=tests/deployment/test_triggerer_failover.py
 airflow3_suites=(tests/unit tests/integration tests/system tests/deployment/test_job_events.py
     "$failover::test_killed_triggerer_is_replaced_and_one_poller_serves_all_jobs"
-    "$failover::test_a_user_marking_a_deferred_task_failed_cancels_its_job_only"
+    "$failover::test_a_users_mark_failed_mark_success_and_clear_cancel_their_jobs_only"
     "$failover::test_the_connection_forms_fields_come_from_the_api_server")
 
 status=0

@@ -179,13 +179,15 @@ def load_script(path: str | Path) -> tuple[ScriptedFault, ...]:
 
 @dataclass(frozen=True)
 class FaultRecord:
-    """One injected fault. ``source`` is "header", "script" or "rate"; ``time`` is ``time.time()``."""
+    """One injected fault. ``source`` is "header", "script" or "rate"; ``time`` is ``time.time()``;
+    ``comment`` is a submitted job's comment (which tells a test whose submit it hit)."""
 
     kind: str
     method: str
     path: str
     time: float
     source: str
+    comment: str = ""
 
 
 class FaultInjector:
@@ -263,7 +265,7 @@ class FaultInjector:
         with self._lock:
             return self._calls
 
-    def pick(self, method: str, path: str, forced: str | None = None) -> str | None:
+    def pick(self, method: str, path: str, forced: str | None = None, *, comment: str = "") -> str | None:
         """The fault kind for this call, or None; ``forced`` is the X-Emulator-Fault header's kind."""
         if forced is not None:
             check_kind(FAULT_HEADER, forced)
@@ -272,7 +274,7 @@ class FaultInjector:
             kind, source = self._choose(method, path, forced)
             if kind is not None:
                 self._injected[kind] += 1
-                self._log.append(FaultRecord(kind, method, path, time.time(), source))
+                self._log.append(FaultRecord(kind, method, path, time.time(), source, comment))
             return kind
 
     def _choose(self, method: str, path: str, forced: str | None) -> tuple[str | None, str]:

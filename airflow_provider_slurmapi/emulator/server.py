@@ -216,7 +216,7 @@ async def _answer_with_faults(
     request: web.Request, state: ServerState, backend: SlurmBackend, call: SlurmRequest, resource: str
 ) -> web.Response:
     try:
-        fault = state.faults.pick(call.method, call.path, request.headers.get(FAULT_HEADER))
+        fault = state.faults.pick(call.method, call.path, request.headers.get(FAULT_HEADER), comment=_comment(call))
     except ValueError as exc:  # an unknown kind in the header
         return google_error(400, str(exc))
     if fault is None:
@@ -234,6 +234,11 @@ async def _answer_with_faults(
     response = await _answer(state, backend, call, resource)
     # reset_after: the backend has finished (a submitted job exists), only the reply is lost
     return _reset_connection(request) if fault == "reset_after" else response
+
+
+def _comment(call: SlurmRequest) -> str:
+    job = (call.body or {}).get("job")
+    return str(job.get("comment") or "") if isinstance(job, dict) else ""
 
 
 def _land_late(state: ServerState, answer: Coroutine[Any, Any, web.Response]) -> None:
