@@ -7,6 +7,7 @@ to the sync and async clients and to the hook.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, NamedTuple
 
 from airflow_provider_slurmapi.client.arrays import select_job
@@ -36,6 +37,11 @@ log = logging.getLogger(__name__)
 # lags behind it), accounting once it has finished (its final run and its usage are there).
 WHILE_ACTIVE = (RecordSource.LIVE, RecordSource.ACCOUNTING)
 ONCE_FINISHED = (RecordSource.ACCOUNTING, RecordSource.LIVE)
+# How far back accounting is searched for a key's job when the caller does not say when the task
+# run could first have submitted one (``since``): older jobs of the name are not read.
+KEY_SEARCH_DAYS = 30
+# Taken off ``since``: Airflow's clock and the cluster's, which stamps the jobs, may differ.
+CLOCK_SKEW_SECONDS = 3_600
 
 
 class JobRecords(NamedTuple):
@@ -58,7 +64,9 @@ def submit_job(api: ApiSettings, job: dict[str, Any], script: str, *, key: str |
     return (yield from _send_submission(api, body, key))
 
 
-def _send_submission(api: ApiSettings, body: dict[str, Any], key: str | None) -> Operation[str]:
+def _send_submission(
+    api: ApiSettings, body: dict[str, Any], key: str | None, since: float | None = None
+) -> Operation[str]:
     pauses = api.retry.resubmit_pauses() if key else iter(())
     while True:
         try:
@@ -75,7 +83,7 @@ def _send_submission(api: ApiSettings, body: dict[str, Any], key: str | None) ->
             )
             yield Pause(pause)
             # (a short job that submit created may have ended and left the live queue meanwhile)
-            found = yield from find_job_by_key(api, key or "", body["job"].get("name"))
+            found = yield from find_job_by_key(api, key or "", body["job"].get("name"), since=since)
             if found is not None:
                 log.info("The submit had reached Slurm: %s", found.describe())
                 return found.job_id
@@ -101,17 +109,20 @@ def _submitted_job_id(reply: SlurmReply, api: ApiSettings) -> str:
 
 
 def find_job_by_key(
-    api: ApiSettings, key: str, name: str | None = None, *, accounting: bool = True
+    api: ApiSettings, key: str, name: str | None = None, *, accounting: bool = True, since: float | None = None
 ) -> Operation[JobStatus | None]:
     """The newest job carrying ``key``: from the live queue, else from accounting; or None.
 
-    Accounting is asked for jobs of the same ``name`` (the key itself cannot be queried).
+    Accounting is asked for the jobs of the same ``name`` (the key itself cannot be queried) that
+    had not ended by ``since`` (epoch seconds: the earliest a job of the key could have been
+    submitted) less ``CLOCK_SKEW_SECONDS``; without ``since``, over the last ``KEY_SEARCH_DAYS``.
     """
     reply = yield from request(SlurmCall("GET", api.paths.jobs()))
     keyed = [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []]
     keyed = [job for job in keyed if carries_key(job, key)]
     if not keyed and accounting:
-        reply = yield from request(SlurmCall("GET", api.paths.accounting_jobs(name)))
+        start = since - CLOCK_SKEW_SECONDS if since is not None else time.time() - KEY_SEARCH_DAYS * 86_400
+        reply = yield from request(SlurmCall("GET", api.paths.accounting_jobs(name, start_time=int(start))))
         listed = [JobStatus.from_slurmdb(j) for j in latest_runs(reply.body.get("jobs") or [])]
         keyed = [job for job in listed if carries_key(job, key)]
         if listed and not any(job.comment for job in listed):
@@ -135,6 +146,7 @@ def submit_once(
     adopt_completed: bool = False,
     earlier_tries: bool = True,
     replace_active: bool = False,
+    since: float | None = None,
 ) -> Operation[Submission]:
     """Submit the job unless an earlier attempt's job (with the same key) makes that wrong.
 
@@ -143,7 +155,9 @@ def submit_once(
     adopted when ``adopt_completed``; one that failed or was cancelled (even while Slurm still
     cleans it up, COMPLETING) is submitted anew. ``known_job_id`` (an ID recorded by an earlier
     attempt) saves the search; ``earlier_tries=False`` (a first try) skips it. Accounting, which
-    holds only finished jobs that left the live queue, is asked only when such a job could be adopted.
+    holds only finished jobs that left the live queue, is asked only when such a job could be
+    adopted, for jobs that had not ended by ``since`` (the earliest an earlier try could have
+    submitted, see ``find_job_by_key``).
     """
     body = submission_body(with_key(job, key), script, api.paths.api_version)  # bad input fails first
     previous = None
@@ -154,7 +168,7 @@ def submit_once(
             previous = None
     if (earlier_tries or known_job_id) and (previous is None or not previous.is_active):
         # a newer job of this key may exist if the recorded ID was not the last one
-        found = yield from find_job_by_key(api, key, body["job"].get("name"), accounting=adopt_completed)
+        found = yield from find_job_by_key(api, key, body["job"].get("name"), accounting=adopt_completed, since=since)
         previous = found or previous
     if previous is not None and previous.is_active and previous.state not in FINISHED_STATES:
         if not replace_active:
@@ -165,7 +179,7 @@ def submit_once(
         return Submission(previous.job_id, Outcome.ADOPTED, previous)
     elif previous is not None:
         log.info("An earlier attempt's job will not be reused: %s", previous.describe())
-    job_id = yield from _send_submission(api, body, key)
+    job_id = yield from _send_submission(api, body, key, since)
     return Submission(job_id, Outcome.SUBMITTED)
 
 

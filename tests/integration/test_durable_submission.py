@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from airflow_provider_slurmapi.client.operations import CLOCK_SKEW_SECONDS
 from airflow_provider_slurmapi.client.submission import carries_key, submission_key
 from airflow_provider_slurmapi.emulator import Emulator, ScriptedFault
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
@@ -32,6 +34,13 @@ class TaskStateStore:
         self.values[key] = value
 
 
+class DagRun:
+    """What the operator reads of ``context["dag_run"]``: the earliest the run could start."""
+
+    def __init__(self) -> None:
+        self.run_after = datetime.now(UTC)
+
+
 class TaskRun:
     """The tries of one task run: automatic retries and user clears, as Airflow numbers them."""
 
@@ -39,10 +48,12 @@ class TaskRun:
         self.first = RecordingTaskInstance(try_number=1, retries=RETRIES)
         self.try_number, self.max_tries = 1, RETRIES
         self.store = store
+        self.dag_run = DagRun()
 
     def context(self) -> dict[str, Any]:
         ti = RecordingTaskInstance(try_number=self.try_number, retries=self.max_tries, run_id=self.first.run_id)
-        return {"ti": ti, **({"task_state_store": self.store} if self.store is not None else {})}
+        store = {"task_state_store": self.store} if self.store is not None else {}
+        return {"ti": ti, "dag_run": self.dag_run, **store}
 
     def automatic_retry(self) -> None:
         self.try_number += 1
@@ -186,18 +197,41 @@ def test_a_failed_job_is_submitted_anew_on_retry(slurm_connection: str, emulator
     assert second != first and len(jobs_of(emulator, run)) == 2
 
 
-def test_a_retry_finds_a_purged_job_in_accounting(slurm_connection: str, emulator: Emulator) -> None:
-    run = TaskRun()
-    first = operator("exit 0", wait_for_completion=False).execute(run.context())
-    wait_finished(first)
+def wait_purged() -> None:
     hook = SlurmJobApiHook()
     deadline = time.monotonic() + 30
     while hook.call("GET", "/slurm/v0.0.42/jobs")["jobs"]:  # min_job_age: the live queue forgets it
         assert time.monotonic() < deadline
         time.sleep(0.5)
+
+
+def test_a_retry_finds_a_purged_job_in_accounting(slurm_connection: str, emulator: Emulator) -> None:
+    run = TaskRun()
+    first = operator("exit 0", wait_for_completion=False).execute(run.context())
+    wait_finished(first)
+    wait_purged()
     run.automatic_retry()
     assert operator("exit 0").execute(run.context()) == first
     assert jobs_of(emulator, run) == [first]
+
+
+def test_accounting_is_searched_only_from_when_the_dag_run_could_start(
+    slurm_connection: str, emulator: Emulator
+) -> None:
+    run = TaskRun()
+    first = operator("exit 0", wait_for_completion=False).execute(run.context())
+    wait_finished(first)
+    wait_purged()
+    run.automatic_retry()
+    # were the run to start only after that job ended (by more than the clocks may differ), the
+    # job could not be one of its tries': accounting is not read that far back
+    run.dag_run.run_after = datetime.now(UTC) + timedelta(seconds=CLOCK_SKEW_SECONDS + 60)
+    asked = time.time()
+    second = operator("exit 0").execute(run.context())
+    assert second != first and jobs_of(emulator, run) == sorted([first, second])
+    [search] = [c for c in emulator.requests.calls("GET", r"^/slurmdb/v0\.0\.42/jobs/$", asked) if c.query]
+    since = int(run.dag_run.run_after.timestamp()) - CLOCK_SKEW_SECONDS
+    assert search.query == {"job_name": [JOB["name"]], "start_time": [str(since)]}
 
 
 def test_the_task_state_store_keeps_the_job_id_across_tries(slurm_connection: str, emulator: Emulator) -> None:

@@ -72,7 +72,10 @@ def test_a_failed_submit_waits_for_a_late_landing_then_looks_for_the_key_then_su
     assert (live.method, live.path) == ("GET", PATHS.jobs())
     # not in the live queue: a short job may have ended and left it meanwhile, so accounting is asked
     accounting = op.send(reply({"jobs": [{"job_id": 5, "job_state": ["RUNNING"], "comment": "other"}]}))
-    assert (accounting.method, accounting.path) == ("GET", PATHS.accounting_jobs(JOB["name"]))
+    assert (accounting.method, accounting.path.partition("&start_time=")[0]) == (
+        "GET",
+        PATHS.accounting_jobs(JOB["name"]),
+    )  # (bounded in time, see the accounting search's own tests)
     again = op.send(reply({"jobs": []}))
     assert again == first
     with pytest.raises(StopIteration) as done:
@@ -176,3 +179,31 @@ def test_accounting_is_asked_only_when_a_finished_job_could_be_adopted() -> None
                 seen.append(f"{step.method} {step.path.split('/v0')[0]}" if step.method == "GET" else step.method)
                 step = op.send(reply({"jobs": []} if step.method == "GET" else {"job_id": 9}))
         assert seen == expected
+
+
+def _accounting_query(op: Any) -> dict[str, list[str]]:
+    """Drive ``find_job_by_key`` past an empty live queue; the query of its accounting read."""
+    from urllib.parse import parse_qs, urlsplit
+
+    live = next(op)
+    assert (live.method, live.path) == ("GET", PATHS.jobs())
+    read = op.send(reply({"jobs": []}))
+    assert read.method == "GET" and read.path.startswith("/slurmdb/v0.0.42/jobs/?")
+    return parse_qs(urlsplit(read.path).query)
+
+
+def test_accounting_is_searched_from_when_the_task_run_began_less_a_clock_margin() -> None:
+    query = _accounting_query(operations.find_job_by_key(API, KEY, "train", since=1_800_000_000.5))
+    assert query == {"job_name": ["train"], "start_time": ["1799996400"]}  # an hour earlier
+
+
+def test_without_a_start_accounting_is_searched_over_the_last_30_days() -> None:
+    now = datetime.datetime.now(datetime.UTC).timestamp()
+    query = _accounting_query(operations.find_job_by_key(API, KEY, "train"))
+    assert query["job_name"] == ["train"]
+    assert int(query["start_time"][0]) == pytest.approx(now - 30 * 86_400, abs=5)
+
+
+def test_submit_once_passes_the_start_to_the_accounting_search() -> None:
+    op = operations.submit_once(API, JOB, SCRIPT, KEY, adopt_completed=True, since=1_800_000_000)
+    assert _accounting_query(op)["start_time"] == ["1799996400"]
