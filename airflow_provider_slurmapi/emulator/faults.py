@@ -35,6 +35,10 @@ FAULT_KINDS = (
     "reset_after",  # the backend handles the call, then the connection is reset: the reply is lost
     "latency",  # answered normally after a delay
     "token_rejected",  # 401 UNAUTHENTICATED although the token is valid
+    # Google answers 200, slurmrestd inside it fails, as the real one does (see outages.py); no job
+    # is created or cancelled:
+    "slurmctld_unreachable",  # slurmctld (on /slurmdb: slurmdbd) down: 502 errors 1800, 500 -1...
+    "slurm_internal",  # slurmrestd's own 500 with its errors list, error -1 "Unspecified error"
 )
 FAULT_HEADER = "X-Emulator-Fault"
 DEFAULT_LATENCY = 2.0
