@@ -60,7 +60,9 @@ async def test_deferred_tasks_ride_out_the_shared_pollers_failed_ticks(
     # no retries in the client: each faulted state call is a failed tick of the shared poller
     monkeypatch.setenv("AIRFLOW_CONN_SLURM_JOB_API_DEFAULT", connection_json(emulator, retry_attempts="1"))
     hook = SlurmJobApiHook()
-    job_ids = [hook.submit_job(JOB, f"#!/bin/bash\nsleep {seconds}\nexit {code}\n") for seconds, code in [(2, 0), (3, 4)]]
+    job_ids = [
+        hook.submit_job(JOB, f"#!/bin/bash\nsleep {seconds}\nexit {code}\n") for seconds, code in [(2, 0), (3, 4)]
+    ]
     emulator.faults.script(ScriptedFault(kind, method="GET", path="jobs/state", times=3))
     triggers = [
         SlurmJobTrigger(job_id, poll_interval=0.3, hook_kwargs={"slurm_conn_id": "slurm_job_api_default"})
