@@ -38,6 +38,10 @@ FAULT_KINDS = (
     # 504 DEADLINE_EXCEEDED from Google's front end, which gave up waiting, while the cluster still
     # works on the call: it takes effect ``latency`` seconds later (a submit creates its job then)
     "late_landing",
+    # Google answers 200, slurmrestd inside it fails, as the real one does (see outages.py); no job
+    # is created or cancelled:
+    "slurmctld_unreachable",  # slurmctld (on /slurmdb: slurmdbd) down: 502 errors 1800, 500 -1...
+    "slurm_internal",  # slurmrestd's own 500 with its errors list, error -1 "Unspecified error"
 )
 FAULT_HEADER = "X-Emulator-Fault"
 DEFAULT_LATENCY = 2.0

@@ -32,6 +32,7 @@ from airflow_provider_slurmapi.emulator.backend_api import (
     SlurmRequest,
 )
 from airflow_provider_slurmapi.emulator.faults import FAULT_HEADER, FaultInjector
+from airflow_provider_slurmapi.emulator.outages import OUTAGE_KINDS, outage_answer
 from airflow_provider_slurmapi.emulator.request_log import RequestLog
 
 log = logging.getLogger(__name__)
@@ -231,6 +232,9 @@ async def _answer_with_faults(
         return google_error(504, "Deadline exceeded.")
     elif fault in _FAULT_REPLIES:
         return _FAULT_REPLIES[fault]()
+    elif fault in OUTAGE_KINDS:
+        cluster = getattr(backend, "cluster", resource.rsplit("/", 1)[-1])  # the name Slurm's meta gives
+        return _slurm_reply(state, *outage_answer(fault, call, cluster))
     response = await _answer(state, backend, call, resource)
     # reset_after: the backend has finished (a submitted job exists), only the reply is lost
     return _reset_connection(request) if fault == "reset_after" else response
@@ -268,6 +272,11 @@ async def _answer(
         return google_error(500, "Internal error encountered.")
     log.info("%s %s %s -> %s", principal, slurm_request.method, path, status)
     state.requests.record(slurm_request.method, path, slurm_request.query, status)
+    return _slurm_reply(state, status, reply)
+
+
+def _slurm_reply(state: ServerState, status: int, reply: dict[str, Any] | str) -> web.Response:
+    """slurmrestd's answer in Google's 200 envelope."""
     if isinstance(reply, str):  # a text/plain answer has no structured form
         return web.json_response({"status": status, "body": reply})
     if state.reply_shape == "body":
