@@ -84,11 +84,13 @@ def test_a_submit_that_met_slurmctld_unreachable_looks_for_its_job_before_sendin
     op = operations.submit_job(API, JOB, "#!/bin/bash\ntrue\n", key=KEY)
     first = next(op)
     assert (first.method, first.path) == ("POST", PATHS.submit())
-    lookup = op.throw(error_of("slurmctld_down_submit.json", slurm_fixture, fixture_index))
-    assert (lookup.method, lookup.path) == ("GET", PATHS.jobs())  # never resent blindly
-    pause = op.send(SlurmReply(200, slurm_fixture("jobs_list_mixed.json")))  # no job carries the key
-    assert isinstance(pause, Pause)
-    assert op.send(None) == first
+    # never resent blindly: once a submit still under way would have landed, the key is looked for
+    assert isinstance(op.throw(error_of("slurmctld_down_submit.json", slurm_fixture, fixture_index)), Pause)
+    lookup = op.send(None)
+    assert (lookup.method, lookup.path) == ("GET", PATHS.jobs())
+    accounting = op.send(SlurmReply(200, slurm_fixture("jobs_list_mixed.json")))  # no job carries the key
+    assert accounting.path.startswith(PATHS.accounting_jobs(JOB["name"]))
+    assert op.send(SlurmReply(200, {"jobs": []})) == first
     with pytest.raises(StopIteration) as done:
         op.send(SlurmReply(200, slurm_fixture("submit_response.json")))
     assert done.value.value == str(slurm_fixture("submit_response.json")["job_id"])
