@@ -33,12 +33,14 @@ def is_repeatable(request: SlurmCall) -> bool:
 
 # How long a submit that failed on the client's side may still be creating its job on the cluster:
 # slurmrestd's call to slurmctld fails after slurmctld's MessageTimeout (10 s by default), so a
-# submit still under way lands within it. A submit is looked for by its key only after this long.
+# submit still under way lands within it. A submit is looked for by its key only after this long
+# (the connection's ``submit_settle_seconds``: a cluster with a longer MessageTimeout sets it).
 SUBMIT_SETTLE_SECONDS = 10.0
 
 # The connection's retry settings: (lowest, highest) allowed; the connection form says the same.
 RETRY_ATTEMPTS_RANGE = (1, 20)
 RETRY_MAX_SECONDS_RANGE = (0, 3600)
+SUBMIT_SETTLE_SECONDS_RANGE = (0, 600)
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,9 @@ class RetryPolicy:
     submit_settle: float = SUBMIT_SETTLE_SECONDS
 
     @classmethod
-    def from_settings(cls, attempts: object = None, max_seconds: object = None) -> RetryPolicy:
+    def from_settings(
+        cls, attempts: object = None, max_seconds: object = None, settle_seconds: object = None
+    ) -> RetryPolicy:
         """The policy set on a connection or an operator (text or numbers); None keeps the default."""
         defaults = cls()
         return cls(
@@ -62,6 +66,9 @@ class RetryPolicy:
             max_elapsed=defaults.max_elapsed
             if max_seconds in (None, "")
             else _setting("retry_max_seconds", max_seconds, RETRY_MAX_SECONDS_RANGE, whole=False),
+            submit_settle=defaults.submit_settle
+            if settle_seconds in (None, "")
+            else _setting("submit_settle_seconds", settle_seconds, SUBMIT_SETTLE_SECONDS_RANGE, whole=False),
         )
 
     def pause(self, attempt: int) -> float:

@@ -13,10 +13,21 @@ from airflow_provider_slurmapi.client.submission import carries_key, submission_
 from airflow_provider_slurmapi.emulator import Emulator, ScriptedFault
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
+from tests.conftest import connection_json
 from tests.integration.airflow_runtime import RecordingTaskInstance
 from tests.jobs import JOB
 
 RETRIES = 2
+# a failed submit is looked for this long after; the emulator's late_landing lands 2 s after its 504
+SETTLE_SECONDS = 3
+
+
+@pytest.fixture
+def slurm_connection(emulator: Emulator, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The default connection, whose submits settle for SETTLE_SECONDS instead of the default 10."""
+    extra = {"submit_settle_seconds": str(SETTLE_SECONDS)}
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_JOB_API_DEFAULT", connection_json(emulator, **extra))
+    return "slurm_job_api_default"
 
 
 class TaskStateStore:
@@ -260,7 +271,9 @@ def test_a_submit_that_lands_after_the_client_gave_up_makes_one_job(slurm_connec
     run = TaskRun()
     emulator.faults.clear()  # the call lands DEFAULT_LATENCY (2 s) after Google answered 504
     emulator.faults.script(ScriptedFault("late_landing", method="POST", path="job/submit$"))
-    job_id = operator("exit 0").execute(run.context())
+    submit = operator("exit 0")
+    assert submit.hook.retry.submit_settle == SETTLE_SECONDS  # read from the connection
+    job_id = submit.execute(run.context())
     assert emulator.faults.injected["late_landing"] == 1
     time.sleep(3)  # past the landing, whatever the client did meanwhile
     assert jobs_of(emulator, run) == [job_id]

@@ -128,6 +128,15 @@ CASES: list[tuple[str, Callable[[], object], str, list[str]]] = [
         )
         for value in (-1, "forever", 7200, "nan", float("nan"), "inf", float("inf"), "-inf", "NaN")
     ],
+    *[
+        (
+            f"submit_settle_seconds {value!r}",
+            retries(settle_seconds=value),
+            "submit_settle_seconds",
+            [repr(value), "from 0 to 600"],
+        )
+        for value in (-1, "soon", 900, "nan")
+    ],
     # NaN compares false with every bound, and infinity passes a bound that is not set
     *[
         (f"poll_interval {value!r}", seconds("poll_interval", value), "poll_interval", [repr(value), "greater than 0"])
@@ -162,4 +171,5 @@ def test_allowed_endpoints(endpoint: str) -> None:
 
 def test_retry_settings_from_text_or_numbers() -> None:
     assert RetryPolicy.from_settings("3", "45.5") == RetryPolicy(max_attempts=3, max_elapsed=45.5)
+    assert RetryPolicy.from_settings(settle_seconds="30").submit_settle == 30.0
     assert RetryPolicy.from_settings(None, "") == RetryPolicy()
