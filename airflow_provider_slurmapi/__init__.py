@@ -1,3 +1,3 @@
 """Apache Airflow provider for Google Cloud's Slurm Job API."""
 
-__version__ = "0.7.0"
+__version__ = "0.8.0"

@@ -6,7 +6,12 @@ from typing import Any
 
 from airflow_provider_slurmapi import __version__
 from airflow_provider_slurmapi.client.paths import API_VERSION_PATTERN, DEFAULT_API_VERSION
-from airflow_provider_slurmapi.client.retry import RETRY_ATTEMPTS_RANGE, RETRY_MAX_SECONDS_RANGE, RetryPolicy
+from airflow_provider_slurmapi.client.retry import (
+    RETRY_ATTEMPTS_RANGE,
+    RETRY_MAX_SECONDS_RANGE,
+    SUBMIT_SETTLE_SECONDS_RANGE,
+    RetryPolicy,
+)
 
 CONN_TYPE = "slurm_job_api"
 DEFAULT_CONN_ID = "slurm_job_api_default"
@@ -60,6 +65,12 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         "API retries: time limit (s)",
         f"Stop retrying one request after this many seconds, {_range(RETRY_MAX_SECONDS_RANGE)}. "
         f"Empty: {RetryPolicy.max_elapsed:g}.",
+        pattern=r"^\d+(\.\d+)?$",
+    ),
+    "submit_settle_seconds": _text(
+        "Submit: seconds before a failed submit is looked for",
+        "A submit that failed may still create its job this long after: slurmctld's MessageTimeout, "
+        f"{_range(SUBMIT_SETTLE_SECONDS_RANGE)}. Empty: {RetryPolicy.submit_settle:g}.",
         pattern=r"^\d+(\.\d+)?$",
     ),
     "output_uri": _text(

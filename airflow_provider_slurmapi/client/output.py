@@ -30,6 +30,7 @@ MAX_SEGMENT = 200  # a path segment has at most 255 bytes
 
 # Characters kept from Airflow names in an output path; anything else becomes "_".
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")
+_TRY_FOLDER = re.compile(r"try-[1-9][0-9]*")
 
 
 def safe_segment(value: object) -> str:
@@ -90,11 +91,25 @@ class OutputSettings:
 
     def per_try_folder(self, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> str:
         """Where one try's files go, under ``cluster_path``: ``{dag}/{run}/{task}[/map-{index}]/try-{n}``."""
+        return posixpath.join(self.task_run_folder(dag_id, run_id, task_id, map_index), f"try-{int(try_number)}")
+
+    def task_run_folder(self, dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
+        """The folder of one task run, every try's: ``{dag}/{run}/{task}[/map-{index}]`` under ``cluster_path``."""
         if not self.cluster_path:
             raise ValueError("output_cluster_path is not set")
         parts = [dag_id, run_id, task_id] + ([f"map-{map_index}"] if map_index is not None and map_index >= 0 else [])
-        folder = posixpath.join(self.cluster_path, *(safe_segment(part)[:MAX_SEGMENT] for part in parts))
-        return posixpath.join(folder, f"try-{int(try_number)}")
+        return posixpath.join(self.cluster_path, *(safe_segment(part)[:MAX_SEGMENT] for part in parts))
+
+    def try_folder_holding(
+        self, cluster_file: str, dag_id: str, run_id: str, task_id: str, map_index: int
+    ) -> str | None:
+        """The try folder of this task run that holds ``cluster_file`` (a job's output as its record
+        names it), or None when it is in none: how a retry finds the files of an earlier try's job."""
+        folder = posixpath.dirname(posixpath.normpath(cluster_file))
+        task_run = posixpath.normpath(self.task_run_folder(dag_id, run_id, task_id, map_index))
+        if posixpath.dirname(folder) != task_run or not _TRY_FOLDER.fullmatch(posixpath.basename(folder)):
+            return None
+        return folder
 
     def is_under_cluster_path(self, path: str) -> bool:
         if not self.cluster_path:

@@ -66,7 +66,7 @@ def advance(operation: Operation[T], outcome: StepResult) -> SlurmCall | Pause:
 def read_again_if_unreadable(make: Callable[[], Operation[T]], retry: RetryPolicy) -> Operation[T]:
     """The operation ``make`` builds, built and run again after a pause when a reply could not be
     read, as the retry policy allows, if all it sent were requests safe to repeat (no submit)."""
-    pauses = retry.resubmit_pauses()
+    pauses = retry.operation_pauses()
     while True:
         operation, repeatable = make(), True
         outcome: StepResult = None

@@ -3,7 +3,9 @@ Slurm job under the given interpreter, and its return value comes back as the ta
 
 The function's source and JSON arguments travel in the batch script (staged under the output
 location when past the request limit); the job writes the return value, or the exception with
-its traceback, next to its output, where the task reads it. Importing this module stays cheap.
+its traceback, next to its output in its try's folder, where the task reads it: the folder its
+record's output path names, so that a retry that reattaches to, or adopts, an earlier try's job
+reads what that job wrote. Importing this module stays cheap.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException
 
 from airflow_provider_slurmapi.client.errors import InvalidRequestError
+from airflow_provider_slurmapi.client.output import Stream, output_files
 from airflow_provider_slurmapi.client.python_function import (
     RESULT_SUFFIX,
     FunctionOutcome,
@@ -21,6 +24,7 @@ from airflow_provider_slurmapi.client.python_function import (
     function_script,
 )
 from airflow_provider_slurmapi.decorators.slurm import SlurmDecoratedOperator, decorator_of
+from airflow_provider_slurmapi.operators.job import own_output_paths
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context, TaskDecorator
@@ -90,7 +94,7 @@ class _SlurmPythonDecoratedOperator(SlurmDecoratedOperator):
         return outcome.value
 
     def _read_outcome(self, context: Context, status: JobStatus) -> FunctionOutcome | None:
-        folder = self._result_folder(context)
+        folder = self._job_result_folder(context, status.job_id)
         location = self.output_settings.location_of(f"{folder}/{status.job_id}{RESULT_SUFFIX}")
         assert location is not None  # the folder is under output_cluster_path
         try:
@@ -99,6 +103,38 @@ class _SlurmPythonDecoratedOperator(SlurmDecoratedOperator):
             self.log.warning("%s: the job ended without writing its outcome", error)
             return None
         return FunctionOutcome.parse(data, location)
+
+    def _job_result_folder(self, context: Context, job_id: str) -> str:
+        """Where the job wrote its outcome: the folder of the try that submitted it, which its
+        record's output path names (a retry may have reattached to, or adopted, an earlier try's job).
+
+        A job whose output is in no try folder of this task run is refused. A task that sets its
+        own output paths, or a job no record names an output of, is read in this try's folder.
+        """
+        own = self._result_folder(context)
+        written = None if own_output_paths(self.job) else self._job_output_path(job_id)
+        if written is None:
+            return own
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", -1)
+        folder = self.output_settings.try_folder_holding(written, ti.dag_id, ti.run_id, ti.task_id, map_index)
+        if folder is None:
+            expected = self.output_settings.task_run_folder(ti.dag_id, ti.run_id, ti.task_id, map_index)
+            raise AirflowException(
+                f"Slurm job {job_id}'s record names its output {written}, which is in no try folder of this "
+                f"task run ({expected}/try-N/): its return value is not read from there"
+            )
+        return folder
+
+    def _job_output_path(self, job_id: str) -> str | None:
+        """The job's stdout as its record names it (accounting's, or the live queue's); None if none does."""
+        source, records = self.hook.job_records(job_id)
+        paths = [
+            file.cluster_path
+            for file in output_files(records, source=source)
+            if file.job_id == job_id and file.stream is not Stream.STDERR
+        ]
+        return paths[0] if paths else None
 
 
 def slurm_python_task(

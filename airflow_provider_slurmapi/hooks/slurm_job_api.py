@@ -89,6 +89,7 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
         self.retry = retry or RetryPolicy.from_settings(
             retry_attempts if retry_attempts is not None else self._get_field("retry_attempts"),
             retry_max_seconds if retry_max_seconds is not None else self._get_field("retry_max_seconds"),
+            self._get_field("submit_settle_seconds"),
         )
         self.timeout = timeout
 

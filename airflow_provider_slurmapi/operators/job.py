@@ -56,6 +56,21 @@ def is_automatic_retry(ti: TaskTry, retries: int | None) -> bool:
     return ti.try_number > ti.max_tries - (retries or 0) + 1
 
 
+def dag_run_start_bound(context: Context) -> float | None:
+    """The earliest time (epoch seconds) any try of this task run can have submitted its job.
+
+    No run starts before its ``run_after`` (Airflow 3) or, on Airflow 2, its logical date; neither
+    moves when a task is cleared, unlike the run's ``queued_at`` and ``start_date``. None when the
+    context has no DAG run.
+    """
+    dag_run = context.get("dag_run")
+    for name in ("run_after", "logical_date", "execution_date"):
+        when = getattr(dag_run, name, None)
+        if when is not None:
+            return float(when.timestamp())
+    return None
+
+
 def _text(value: object) -> str | None:
     return str(value) if value not in (None, "") else None
 
@@ -75,19 +90,24 @@ def mask_environment(job: dict[str, Any]) -> None:
             mask_secret(value)
 
 
+def own_output_paths(job: dict[str, Any]) -> list[str]:
+    """The ``standard_output`` / ``standard_error`` the job description sets itself (then no per-try path is set)."""
+    return [str(job[name]) for name in ("standard_output", "standard_error") if job.get(name)]
+
+
 def with_output_paths(job: dict[str, Any], settings: OutputSettings, ti: TaskTry, log: Log) -> dict[str, Any]:
     """The job description with a per-try ``standard_output`` / ``standard_error`` under
     ``output_cluster_path``, when output is readable and the description sets neither."""
     if not settings.readable:
         return job
-    given = [job.get(name) for name in ("standard_output", "standard_error") if job.get(name)]
+    given = own_output_paths(job)
     if not given:
         out, err = settings.per_try_paths(
             ti.dag_id, ti.run_id, ti.task_id, getattr(ti, "map_index", -1), ti.try_number, array="array" in job
         )
         return {**job, "standard_output": out, "standard_error": err}
     for path in given:
-        if not settings.is_under_cluster_path(str(path)):
+        if not settings.is_under_cluster_path(path):
             log.warning(
                 "standard_output/standard_error %s is not under output_cluster_path %s: "
                 "Airflow will not be able to show this job's output",
@@ -205,6 +225,8 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
             known_job_id=_text(store.get(STATE_STORE_KEY)) if store is not None else None,
             adopt_completed=self._may_adopt_completed_job(ti),
             earlier_tries=ti.try_number > 1,  # every attempt has a try number of its own
+            replace_active=not is_automatic_retry(ti, self.retries),  # a user's clear runs the job afresh
+            since=dag_run_start_bound(context),
         )
         self.job_id = submission.job_id
         if store is not None:

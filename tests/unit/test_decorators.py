@@ -11,12 +11,15 @@ import pytest
 from airflow.providers.common.compat.sdk import AirflowException
 
 from airflow_provider_slurmapi.client.errors import InvalidRequestError
+from airflow_provider_slurmapi.client.jobs import RecordSource
+from airflow_provider_slurmapi.client.operations import JobRecords
 from airflow_provider_slurmapi.client.output import OutputSettings
 from airflow_provider_slurmapi.client.python_function import RemoteFunctionError
+from airflow_provider_slurmapi.client.submission import Outcome, Submission
 from airflow_provider_slurmapi.decorators.slurm import slurm_task
 from airflow_provider_slurmapi.decorators.slurm_python import slurm_python_task
 from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
-from tests.unit.task_fakes import ctx, status
+from tests.unit.task_fakes import FakeTI, ctx, status
 from tests.unit.test_operators import FakeHook
 
 try:
@@ -134,3 +137,52 @@ def test_a_bad_interpreter_or_an_array_job_is_refused_when_the_dag_is_parsed(
 ) -> None:
     with pytest.raises(InvalidRequestError, match=message):
         operator(slurm_python_task(**{"job": {}, **arguments}), train, 1.0)
+
+
+class RecordedHook(FakeHook):
+    """The fake hook whose job record names the job's stdout, as accounting does."""
+
+    def __init__(self, stdout: str, **kwargs: Any) -> None:
+        super().__init__(settings=SETTINGS, **kwargs)
+        self.stdout = stdout
+
+    def job_records(self, job_id: str) -> JobRecords:
+        self._record("job_records", job_id)
+        return JobRecords(RecordSource.ACCOUNTING, [{"job_id": int(job_id), "stdout_expanded": self.stdout}])
+
+
+@pytest.mark.parametrize("outcome", [Outcome.REATTACHED, Outcome.ADOPTED])
+def test_a_retry_reads_the_value_in_the_folder_of_the_try_that_submitted_the_job(outcome: Outcome) -> None:
+    hook = RecordedHook("/mnt/out/dag/run1/task/try-1/42.out", submission=Submission("42", outcome, status()))
+    hook.objects[RESULT] = json.dumps({"return_value": {"loss": 0.5}}).encode()  # try 1's folder
+    op = operator(slurm_python_task(job={}, deferrable=False), train, 0.25, hook=hook)
+    assert op.execute(ctx(FakeTI(try_number=2))) == {"loss": 0.5}
+    assert [args[0] for args, _ in hook.named("read_object")] == [RESULT]
+
+
+@pytest.mark.parametrize(
+    "stdout",
+    [
+        "/mnt/out/dag/run1/other/try-1/42.out",  # another task's
+        "/mnt/out/dag/run1/task/try-1/../../other/try-1/42.out",
+        "/mnt/out/dag/run1/task/42.out",  # the task run's folder, no try's
+        "/mnt/out/dag/run1/task/try-1/deeper/42.out",
+        "/tmp/slurm-42.out",
+    ],
+)
+def test_a_job_whose_record_names_output_in_no_try_folder_of_the_task_run_is_refused(stdout: str) -> None:
+    hook = RecordedHook(stdout, submission=Submission("42", Outcome.REATTACHED))
+    op = operator(slurm_python_task(job={}, deferrable=False), train, 0.25, hook=hook)
+    with pytest.raises(AirflowException, match=r"no try folder of this task run \(/mnt/out/dag/run1/task/try-N/\)"):
+        op.execute(ctx(FakeTI(try_number=2)))
+    assert hook.named("read_object") == []
+
+
+def test_a_task_with_its_own_output_paths_reads_the_value_in_its_own_try_folder() -> None:
+    """Its own paths say nothing of the try that submitted the job (a retry reads its own try's folder)."""
+    hook = RecordedHook("/mnt/out/logs/42.out")
+    own = "gs://bucket/airflow/dag/run1/task/try-2/42.return.json"
+    hook.objects[own] = json.dumps({"return_value": 3}).encode()
+    job = {"standard_output": "/mnt/out/logs/%j.out"}
+    op = operator(slurm_python_task(job=job, deferrable=False), train, 0.25, hook=hook)
+    assert op.execute(ctx(FakeTI(try_number=2))) == 3

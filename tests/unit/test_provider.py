@@ -46,7 +46,7 @@ def test_connection_type_declares_every_field() -> None:
     assert set(conn["conn-fields"]) == {
         "project_id", "region", "cluster_id", "api_version", "endpoint",
         "key_path", "keyfile_dict", "credential_config_file", "impersonation_chain", "scope",
-        "retry_attempts", "retry_max_seconds", "output_uri", "output_cluster_path",
+        "retry_attempts", "retry_max_seconds", "submit_settle_seconds", "output_uri", "output_cluster_path",
     }  # fmt: skip
     assert conn["conn-fields"]["api_version"]["schema"]["default"] == "v0.0.42"
     assert conn["conn-fields"]["keyfile_dict"]["schema"]["format"] == "password"

@@ -11,6 +11,7 @@ import requests
 
 from airflow_provider_slurmapi.client.cluster import ClusterRef
 from airflow_provider_slurmapi.client.errors import InvalidRequestError
+from airflow_provider_slurmapi.client.numbers import checked_number
 from airflow_provider_slurmapi.client.retry import RetryPolicy
 from airflow_provider_slurmapi.client.sync import SlurmJobApiClient
 
@@ -49,6 +50,10 @@ def cluster(**fields: Any) -> Callable[[], object]:
 
 def retries(**settings: Any) -> Callable[[], object]:
     return lambda: RetryPolicy.from_settings(**settings)
+
+
+def seconds(field: str, value: object) -> Callable[[], object]:
+    return lambda: checked_number(field, value, low=0, above_low=True)
 
 
 JOB_ID_ALLOWED = "expected a number (123), an array task (123_4) or a heterogeneous job component (123+1)"
@@ -121,7 +126,21 @@ CASES: list[tuple[str, Callable[[], object], str, list[str]]] = [
             "retry_max_seconds",
             [repr(value), "from 0 to 3600"],
         )
-        for value in (-1, "forever", 7200)
+        for value in (-1, "forever", 7200, "nan", float("nan"), "inf", float("inf"), "-inf", "NaN")
+    ],
+    *[
+        (
+            f"submit_settle_seconds {value!r}",
+            retries(settle_seconds=value),
+            "submit_settle_seconds",
+            [repr(value), "from 0 to 600"],
+        )
+        for value in (-1, "soon", 900, "nan")
+    ],
+    # NaN compares false with every bound, and infinity passes a bound that is not set
+    *[
+        (f"poll_interval {value!r}", seconds("poll_interval", value), "poll_interval", [repr(value), "greater than 0"])
+        for value in (float("nan"), float("inf"), "nan")
     ],
 ]
 
@@ -152,4 +171,5 @@ def test_allowed_endpoints(endpoint: str) -> None:
 
 def test_retry_settings_from_text_or_numbers() -> None:
     assert RetryPolicy.from_settings("3", "45.5") == RetryPolicy(max_attempts=3, max_elapsed=45.5)
+    assert RetryPolicy.from_settings(settle_seconds="30").submit_settle == 30.0
     assert RetryPolicy.from_settings(None, "") == RetryPolicy()

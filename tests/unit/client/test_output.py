@@ -59,6 +59,28 @@ def test_per_try_paths_are_safe_and_distinct() -> None:
     assert settings.per_try_paths("..", "r", "t", -1, 1, array=False)[0].startswith("/mnt/out/__/")
 
 
+def test_the_try_folder_holding_a_jobs_output_is_one_of_its_task_runs() -> None:
+    settings = OutputSettings(uri="gs://b/p", cluster_path="/mnt/out/")
+    held = settings.try_folder_holding
+    assert held("/mnt/out/d/r/t/try-3/7.out", "d", "r", "t", -1) == settings.per_try_folder("d", "r", "t", -1, 3)
+    assert held("/mnt/out/d/r/t/map-2/try-1/7.out", "d", "r", "t", 2) == "/mnt/out/d/r/t/map-2/try-1"
+    assert held("/mnt//out/d/r/t/./try-1/7.out", "d", "r", "t", -1) == "/mnt/out/d/r/t/try-1"
+    long = settings.per_try_folder("d" * 300, "r", "t", -1, 1)
+    assert held(f"{long}/7.out", "d" * 300, "r", "t", -1) == long  # the same cut names
+    for elsewhere in (
+        "/mnt/out/d/r/t/map-2/try-1/7.out",  # another map index's
+        "/mnt/out/d/r2/t/try-1/7.out",  # another run's
+        "/mnt/out/d/r/t/try-1/../../u/try-1/7.out",
+        "/mnt/out/d/r/t/7.out",
+        "/mnt/out/d/r/t/try-0/7.out",
+        "/mnt/out/d/r/t/try-1x/7.out",
+        "/mnt/out/d/r/t/try-1/sub/7.out",
+        "d/r/t/try-1/7.out",
+        "",
+    ):
+        assert held(elsewhere, "d", "r", "t", -1) is None, elsewhere
+
+
 def test_locations_map_only_files_under_the_cluster_path() -> None:
     settings = OutputSettings(uri="gs://bucket/prefix/", cluster_path="/mnt/out")
     assert settings.location_of("/mnt/out/a/b.out") == "gs://bucket/prefix/a/b.out"
