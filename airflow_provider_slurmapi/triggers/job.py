@@ -136,22 +136,35 @@ class SlurmJobTrigger(BaseTrigger):
 
     async def _read(self, reader: JobReader | SharedJobReader, policy: JobWaitPolicy) -> JobStatus | None:
         """The job's next status (None: found nowhere). A read that fails for now (the client
-        already retried) is tried again: the job is never lost; TimeoutError at the deadline."""
+        already retried) is tried again, logged once per outage: the job is never lost;
+        TimeoutError at the deadline."""
+        failed = 0
         while True:
             until_deadline = asyncio.timeout(policy.time_left(time.time()))
             try:
                 async with until_deadline:
-                    return await reader.next_status(self.job_id)
+                    status = await reader.next_status(self.job_id)
             except JobNotFoundError:
                 return None
             except TimeoutError as error:
                 if until_deadline.expired():
                     raise
-                self.log.warning("Slurm job %s: status unavailable for now: %r", self.job_id, error)
+                failed = self._read_failed(failed, repr(error))
             except SlurmJobApiError as error:
                 if not error.retryable:
                     raise
-                self.log.warning("Slurm job %s: status unavailable for now: %s", self.job_id, error)
+                failed = self._read_failed(failed, str(error))
+            else:
+                if failed:
+                    self.log.info("Slurm job %s: status read again, after %d failed reads", self.job_id, failed)
+                return status
+
+    def _read_failed(self, failed_before: int, error: str) -> int:
+        if not failed_before:  # not at every interval while the outage lasts
+            self.log.warning(
+                "Slurm job %s: status unavailable for now, read again every interval: %s", self.job_id, error
+            )
+        return failed_before + 1
 
     async def _cancel_job(self) -> bool:
         """Cancel the job; True if it was still active. The one way this trigger cancels."""

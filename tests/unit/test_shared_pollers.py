@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -91,12 +92,18 @@ async def test_a_read_that_raises_anything_is_an_error_tick_and_the_next_interva
 
 
 @pytest.mark.parametrize("surprise", SURPRISES[:2], ids=lambda e: type(e).__name__)
-async def test_a_trigger_watching_through_the_poller_keeps_watching_after_a_surprise(surprise: Exception) -> None:
-    client = ScriptedClient(surprise, {"7": ["RUNNING"]}, {})  # then the job leaves the state list: read in full
+async def test_a_trigger_watching_through_the_poller_keeps_watching_after_a_surprise(
+    surprise: Exception, task_log: Callable[[], str]
+) -> None:
+    # three failed ticks, then the job runs and leaves the state list: read in full
+    client = ScriptedClient(surprise, surprise, surprise, {"7": ["RUNNING"]}, {})
     async with shared_poller(client) as poller:
         trigger = SlurmJobTrigger("7", poll_interval=INTERVAL)
         event = await asyncio.wait_for(trigger._poll_to_the_end(SharedJobReader(poller, client)), HANG)  # type: ignore[arg-type]
     assert event.payload["status"] == "finished" and event.payload["job"]["state"] == "COMPLETED"
+    said = [line for line in task_log().splitlines() if "Slurm job 7: status" in line]
+    assert len(said) == 2 and "unavailable for now" in said[0] and str(surprise) in said[0]  # once per outage
+    assert "Slurm job 7: status read again, after 3 failed reads" in said[1]
 
 
 async def test_a_loop_that_ended_is_started_again_by_the_next_wait(caplog: pytest.LogCaptureFixture) -> None:
