@@ -58,8 +58,10 @@ def unexpected_body(body: dict[str, Any]) -> dict[str, Any]:
     reader of this slurmrestd version does not expect (the same body always gives the same shape):
 
     * each top-level list (``jobs``, a cancel's ``status``, ``pings``), even an empty one, is an
-      object keyed by its entries' ``job_id`` (else their position), as a proxy re-keying lists sends it;
-    * ``last_update`` is a plain number, as slurmrestd v0.0.39 wrote it, not ``{"set", "number"}``;
+      object keyed by its entries' ``job_id`` (else their position), as a gateway or serialiser
+      that turns arrays of records into maps sends it;
+    * ``last_update`` is a plain number, as slurmrestd's older plugins (v0.0.38 and before) wrote
+      numbers, not ``{"set", "infinite", "number"}``;
     * a submit's ``job_id`` is ``{"set", "infinite", "number"}``, as v0.0.40+ write most numbers.
     """
     reshaped: dict[str, Any] = {}
