@@ -232,7 +232,7 @@ async def per_watcher(conditions: dict[str, Any], since: int, interval: float, d
 
     from airflow_provider_slurmapi.client.job_events import EventCursor, JobEventFilter
     from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiAsyncHook
-    from airflow_provider_slurmapi.triggers.ended_jobs import OPEN_END_SECONDS
+    from airflow_provider_slurmapi.triggers.ended_jobs import read_window
     from airflow_provider_slurmapi.triggers.job_events import IDLE_SAVE_SECONDS
 
     log = logging.getLogger("benchmarks.job_events.per_watcher")
@@ -244,12 +244,13 @@ async def per_watcher(conditions: dict[str, Any], since: int, interval: float, d
     async with await SlurmJobApiAsyncHook().get_client() as client:
         while True:
             started = loop.time()
+            ask_until, window_end = read_window(cursor.read_from, int(time.time()))
             try:
-                jobs = await client.ended_jobs(cursor.read_from, int(time.time()) + OPEN_END_SECONDS)
+                jobs = await client.ended_jobs(cursor.read_from, ask_until)
             except Exception as error:  # as the poller: try again next interval
                 print(f"per-watcher read failed: {error}", file=sys.stderr)
             else:
-                after, ended = cursor.take(jobs, matches)
+                after, ended = cursor.take(jobs, matches, window_end)
                 spacing = event_spacing()
                 pause = min(spacing, interval / max(1, len(ended)))
                 for n, job in enumerate(ended, start=1):

@@ -2,7 +2,8 @@
 
 Two families: Google rejected the ``callSlurmRestApi`` call itself (``GoogleApiError`` and its
 subclasses, one per documented status), or Slurm answered with an error (``SlurmError``).
-``retryable`` says whether the same request may be sent again after a pause.
+``retryable`` says whether the same request may be sent again after a pause: Google's transient
+statuses, and slurmrestd's own failures to reach its daemons (``TRANSIENT_SLURM_ERRORS``).
 """
 
 from __future__ import annotations
@@ -129,6 +130,38 @@ ERROR_INVALID_JOB_ID = 2017
 ERROR_ALREADY_COMPLETING = 2021
 
 
+# What slurmrestd 24.11.5 answered while slurmctld, then slurmdbd, was stopped (a controller
+# failover looks the same until the backup takes over; tests/fixtures/capture_outage.py, replies in
+# tests/fixtures/slurm-24.11.5/slurmctld_down_* and slurmdbd_down_*): GET job/{id} and jobs/state/
+# 500 with -1, GET jobs/ and POST job/submit 502 with 1800, DELETE job/{id} 500 with 1, /slurmdb
+# reads 502 with 7000. slurmrestd answers 502 for a daemon it cannot reach and 504 for a socket
+# timeout; other failures are 500, so a 500 is transient only when every error number is one of these
+# (numbers from slurm/slurm_errno.h). Slurm's rejections of a request (2000 "Invalid partition name
+# specified", 2014, 2019, 2063, 9202...) are not: sent again, they fail again.
+TRANSIENT_SLURM_STATUSES = frozenset({502, 503, 504})
+TRANSIENT_SLURM_ERRORS = frozenset(
+    {
+        -1,  # SLURM_ERROR: the call to slurmctld failed and its reason was lost (job/{id}, jobs/state/)
+        1,  # EPERM from slurm_kill_jobs(): the cancel's call failed (a refused cancel is in status[])
+        11,  # EAGAIN: resource temporarily unavailable
+        *range(1001, 1005),  # SLURM_COMMUNICATIONS_{CONNECTION,SEND,RECEIVE,SHUTDOWN}_ERROR
+        *range(1800, 1806),  # SLURMCTLD_COMMUNICATIONS_*: slurmctld unreachable, backing off, dropped
+        2027,  # ESLURM_IN_STANDBY_MODE: the controller asked is the backup, in standby
+        2131,  # ESLURM_IN_STANDBY_USE_BACKUP
+        *range(5003, 5006),  # incomplete packet, "Socket timed out on send/recv operation", zero bytes sent
+        7000,  # ESLURM_DB_CONNECTION: slurmdbd unreachable ("Unable to connect to database")
+        7008,  # ESLURM_DB_CONNECTION_INVALID
+    }
+)
+
+
+def is_transient_slurm_failure(status: int, error_numbers: list[int]) -> bool:
+    """Whether slurmrestd's answer says its daemons could not be reached for now (see above)."""
+    if status in TRANSIENT_SLURM_STATUSES:
+        return True
+    return status >= 500 and bool(error_numbers) and all(n in TRANSIENT_SLURM_ERRORS for n in error_numbers)
+
+
 class SlurmError(SlurmJobApiError):
     """slurmrestd answered with an HTTP status >= 400 or a non-empty ``errors`` list."""
 
@@ -139,6 +172,7 @@ class SlurmError(SlurmJobApiError):
         self.status = status
         self.errors = errors
         self.path = path
+        self.retryable = is_transient_slurm_failure(status, self.error_numbers)
 
     @property
     def error_numbers(self) -> list[int]:

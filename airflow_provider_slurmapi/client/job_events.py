@@ -6,6 +6,8 @@ keeps a cursor: the time it first started (``since``; nothing that ended before 
 latest end time it has seen (``high_water``), and the jobs it reported within ``SETTLE_SECONDS``
 of it. Each read starts ``SETTLE_SECONDS`` before the high water, so a record that reaches
 accounting a little late is still read, and the reported list keeps it from being reported twice.
+A read of a closed window (one of the catch-up after an outage) moves the high water to the
+window's end, whether or not a job ended near it.
 """
 
 from __future__ import annotations
@@ -193,8 +195,14 @@ class EventCursor:
         """The start of the next read's window."""
         return max(0, self.high_water - SETTLE_SECONDS)
 
-    def take(self, jobs: Iterable[EndedJob], matches: JobEventFilter) -> tuple[EventCursor, list[EndedJob]]:
-        """The cursor after ``jobs`` (a read from ``read_from`` on), and those to report, oldest end first."""
+    def take(
+        self, jobs: Iterable[EndedJob], matches: JobEventFilter, window_end: int | None = None
+    ) -> tuple[EventCursor, list[EndedJob]]:
+        """The cursor after ``jobs`` (a read from ``read_from`` on), and those to report, oldest end first.
+
+        ``window_end``: the read held every job that ended by then (a closed window, read long after
+        it ended), so the cursor moves there; None (an open window): only as far as the jobs' ends.
+        """
         # a shared read may start earlier than this cursor's window: what ended before it was seen
         floor = max(self.since, self.read_from)
         jobs = [job for job in jobs if job.end_time >= floor]
@@ -202,7 +210,7 @@ class EventCursor:
             (job for job in jobs if job.key not in self.reported and matches.matches(job)),
             key=lambda j: (j.end_time, j.key),
         )
-        high_water = max([self.high_water, *(job.end_time for job in jobs)])
+        high_water = max([self.high_water, *(job.end_time for job in jobs), window_end or 0])
         reported = {**self.reported, **{job.key: job.end_time for job in new}}
         kept = {key: end for key, end in reported.items() if end >= high_water - SETTLE_SECONDS}
         return replace(self, high_water=high_water, reported=kept), new

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from airflow_provider_slurmapi.client.errors import InvalidRequestError
 
 
@@ -29,6 +31,12 @@ def checked_number(
 
 
 def _read(value: object, *, whole: bool, from_text: bool) -> float | None:
+    number = _parse(value, whole=whole, from_text=from_text)
+    # NaN passes no comparison and infinity passes a missing bound: neither is a setting
+    return number if number is not None and math.isfinite(number) else None
+
+
+def _parse(value: object, *, whole: bool, from_text: bool) -> float | None:
     if isinstance(value, bool):
         return None
     if from_text and isinstance(value, str):

@@ -7,6 +7,7 @@ to the sync and async clients and to the hook.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, NamedTuple
 
 from airflow_provider_slurmapi.client.arrays import select_job
@@ -23,7 +24,7 @@ from airflow_provider_slurmapi.client.errors import (
 )
 from airflow_provider_slurmapi.client.job_description import submission_body
 from airflow_provider_slurmapi.client.job_events import END_STATES, EndedJob
-from airflow_provider_slurmapi.client.jobs import JobStatus, RecordSource
+from airflow_provider_slurmapi.client.jobs import FINISHED_STATES, JobStatus, RecordSource
 from airflow_provider_slurmapi.client.paths import JobId, base_job_id, validate_job_id
 from airflow_provider_slurmapi.client.requeue import describe_requeue as requeue_line
 from airflow_provider_slurmapi.client.requeue import latest_runs, run_that_ended
@@ -36,6 +37,11 @@ log = logging.getLogger(__name__)
 # lags behind it), accounting once it has finished (its final run and its usage are there).
 WHILE_ACTIVE = (RecordSource.LIVE, RecordSource.ACCOUNTING)
 ONCE_FINISHED = (RecordSource.ACCOUNTING, RecordSource.LIVE)
+# How far back accounting is searched for a key's job when the caller does not say when the task
+# run could first have submitted one (``since``): older jobs of the name are not read.
+KEY_SEARCH_DAYS = 30
+# Taken off ``since``: Airflow's clock and the cluster's, which stamps the jobs, may differ.
+CLOCK_SKEW_SECONDS = 3_600
 
 
 class JobRecords(NamedTuple):
@@ -49,15 +55,18 @@ def submit_job(api: ApiSettings, job: dict[str, Any], script: str, *, key: str |
     """Submit a batch job and return its ID.
 
     With a ``key`` (put in the job's comment), a submit that failed in a way that may hide a job
-    Slurm created (reply lost, 503, reset) is reconciled: the job is looked up by its key and
-    adopted if found, and only if it is not is the submit sent again, after a pause, as often and
-    as long as the client's retry policy allows.
+    Slurm created or is still creating (reply lost, 503, 504, reset, timeout) is reconciled: after
+    a pause long enough for a submit still under way to land (``RetryPolicy.submit_settle``), the
+    job is looked up by its key and adopted if found, and only if it is not is the submit sent
+    again at once, as often and as long as the client's retry policy allows.
     """
     body = submission_body(with_key(job, key) if key else job, script, api.paths.api_version)
     return (yield from _send_submission(api, body, key))
 
 
-def _send_submission(api: ApiSettings, body: dict[str, Any], key: str | None) -> Operation[str]:
+def _send_submission(
+    api: ApiSettings, body: dict[str, Any], key: str | None, since: float | None = None
+) -> Operation[str]:
     pauses = api.retry.resubmit_pauses() if key else iter(())
     while True:
         try:
@@ -66,13 +75,18 @@ def _send_submission(api: ApiSettings, body: dict[str, Any], key: str | None) ->
             pause = next(pauses, None) if error.retryable else None
             if pause is None:
                 raise
-            log.warning("Submit failed (%s); looking for the job by its key before submitting again", error)
-            # a job this submit created is in the live queue: accounting need not be asked
-            found = yield from find_job_by_key(api, key or "", accounting=False)
+            log.warning(
+                "Submit failed (%s); looking for the job by its key in %.0f s, once a submit still under way "
+                "has landed, before submitting again",
+                error,
+                pause,
+            )
+            yield Pause(pause)
+            # (a short job that submit created may have ended and left the live queue meanwhile)
+            found = yield from find_job_by_key(api, key or "", body["job"].get("name"), since=since)
             if found is not None:
                 log.info("The submit had reached Slurm: %s", found.describe())
                 return found.job_id
-            yield Pause(pause)
             continue
         return _submitted_job_id(reply, api)
 
@@ -95,17 +109,20 @@ def _submitted_job_id(reply: SlurmReply, api: ApiSettings) -> str:
 
 
 def find_job_by_key(
-    api: ApiSettings, key: str, name: str | None = None, *, accounting: bool = True
+    api: ApiSettings, key: str, name: str | None = None, *, accounting: bool = True, since: float | None = None
 ) -> Operation[JobStatus | None]:
     """The newest job carrying ``key``: from the live queue, else from accounting; or None.
 
-    Accounting is asked for jobs of the same ``name`` (the key itself cannot be queried).
+    Accounting is asked for the jobs of the same ``name`` (the key itself cannot be queried) that
+    had not ended by ``since`` (epoch seconds: the earliest a job of the key could have been
+    submitted) less ``CLOCK_SKEW_SECONDS``; without ``since``, over the last ``KEY_SEARCH_DAYS``.
     """
     reply = yield from request(SlurmCall("GET", api.paths.jobs()))
     keyed = [JobStatus.from_slurm(j) for j in reply.body.get("jobs") or []]
     keyed = [job for job in keyed if carries_key(job, key)]
     if not keyed and accounting:
-        reply = yield from request(SlurmCall("GET", api.paths.accounting_jobs(name)))
+        start = since - CLOCK_SKEW_SECONDS if since is not None else time.time() - KEY_SEARCH_DAYS * 86_400
+        reply = yield from request(SlurmCall("GET", api.paths.accounting_jobs(name, start_time=int(start))))
         listed = [JobStatus.from_slurmdb(j) for j in latest_runs(reply.body.get("jobs") or [])]
         keyed = [job for job in listed if carries_key(job, key)]
         if listed and not any(job.comment for job in listed):
@@ -128,14 +145,19 @@ def submit_once(
     known_job_id: str | None = None,
     adopt_completed: bool = False,
     earlier_tries: bool = True,
+    replace_active: bool = False,
+    since: float | None = None,
 ) -> Operation[Submission]:
     """Submit the job unless an earlier attempt's job (with the same key) makes that wrong.
 
-    A job still pending or running is reattached; one that completed successfully is adopted when
-    ``adopt_completed``; one that failed or was cancelled is submitted anew. ``known_job_id`` (an
-    ID recorded by an earlier attempt) saves the search; ``earlier_tries=False`` (a first try)
-    skips it. Accounting, which holds only finished jobs that left the live queue, is asked only
-    when such a job could be adopted.
+    A job still pending or running is reattached, or, with ``replace_active`` (a user cleared the
+    task to run it again), cancelled and submitted anew; one that completed successfully is
+    adopted when ``adopt_completed``; one that failed or was cancelled (even while Slurm still
+    cleans it up, COMPLETING) is submitted anew. ``known_job_id`` (an ID recorded by an earlier
+    attempt) saves the search; ``earlier_tries=False`` (a first try) skips it. Accounting, which
+    holds only finished jobs that left the live queue, is asked only when such a job could be
+    adopted, for jobs that had not ended by ``since`` (the earliest an earlier try could have
+    submitted, see ``find_job_by_key``).
     """
     body = submission_body(with_key(job, key), script, api.paths.api_version)  # bad input fails first
     previous = None
@@ -146,15 +168,18 @@ def submit_once(
             previous = None
     if (earlier_tries or known_job_id) and (previous is None or not previous.is_active):
         # a newer job of this key may exist if the recorded ID was not the last one
-        found = yield from find_job_by_key(api, key, body["job"].get("name"), accounting=adopt_completed)
+        found = yield from find_job_by_key(api, key, body["job"].get("name"), accounting=adopt_completed, since=since)
         previous = found or previous
-    if previous is not None and previous.is_active:
-        return Submission(previous.job_id, Outcome.REATTACHED, previous)
-    if previous is not None and previous.is_success and adopt_completed:
+    if previous is not None and previous.is_active and previous.state not in FINISHED_STATES:
+        if not replace_active:
+            return Submission(previous.job_id, Outcome.REATTACHED, previous)
+        log.info("The task was cleared to run again: cancelling the earlier attempt's %s", previous.describe())
+        yield from cancel_job(api, previous.job_id)
+    elif previous is not None and previous.is_success and adopt_completed:
         return Submission(previous.job_id, Outcome.ADOPTED, previous)
-    if previous is not None:
+    elif previous is not None:
         log.info("An earlier attempt's job will not be reused: %s", previous.describe())
-    job_id = yield from _send_submission(api, body, key)
+    job_id = yield from _send_submission(api, body, key, since)
     return Submission(job_id, Outcome.SUBMITTED)
 
 

@@ -113,9 +113,14 @@ class SlurmPaths:
         flags = [("skip_steps", "true"), ("show_duplicates", "true")]
         return f"/slurmdb/{self.api_version}/jobs/?" + urlencode([*ids, *flags])
 
-    def accounting_jobs(self, name: str | None = None) -> str:
+    def accounting_jobs(self, name: str | None = None, start_time: int | None = None) -> str:
+        """Accounting's records of the jobs named ``name``; from ``start_time`` on, those that had
+        not ended by then (without ``state``, slurmdbd selects jobs eligible or running in the window)."""
+        query = {"job_name": name} if name else {}
+        if start_time is not None:
+            query["start_time"] = str(int(start_time))
         path = f"/slurmdb/{self.api_version}/jobs/"
-        return f"{path}?{urlencode({'job_name': name})}" if name else path
+        return f"{path}?{urlencode(query)}" if query else path
 
     def accounting_ended_jobs(self, start_time: int, end_time: int, states: list[str]) -> str:
         """Accounting's records of the jobs that ended in [start_time, end_time] in one of ``states``."""

@@ -1,9 +1,10 @@
 """How transient failures (UNAVAILABLE, 429, 5xx, connection errors) are retried.
 
 Requests that are safe to repeat (reads and cancels) are retried here, by tenacity. A submit is
-never resent blindly, since a lost reply may hide a job that Slurm already created: the submit
-operation looks for the job by its key between attempts, paced and bounded by the same policy
-(``resubmit_pauses``).
+never resent blindly, since a lost reply may hide a job that Slurm already created, or is still
+creating: the submit operation waits until a submit still under way would have landed, looks for
+the job by its key, and sends it again only if Slurm has none, paced and bounded by the same
+policy (``resubmit_pauses``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ def is_repeatable(request: SlurmCall) -> bool:
     return request.method in ("GET", "DELETE")
 
 
+# How long a submit that failed on the client's side may still be creating its job on the cluster:
+# slurmrestd's call to slurmctld fails after slurmctld's MessageTimeout (10 s by default), so a
+# submit still under way lands within it. A submit is looked for by its key only after this long.
+SUBMIT_SETTLE_SECONDS = 10.0
+
 # The connection's retry settings: (lowest, highest) allowed; the connection form says the same.
 RETRY_ATTEMPTS_RANGE = (1, 20)
 RETRY_MAX_SECONDS_RANGE = (0, 3600)
@@ -43,6 +49,7 @@ class RetryPolicy:
     initial_wait: float = 1.0
     max_wait: float = 30.0
     max_elapsed: float = 120.0
+    submit_settle: float = SUBMIT_SETTLE_SECONDS
 
     @classmethod
     def from_settings(cls, attempts: object = None, max_seconds: object = None) -> RetryPolicy:
@@ -63,10 +70,11 @@ class RetryPolicy:
 
     def resubmit_pauses(self) -> Iterator[float]:
         """The pause before each new attempt of a request its caller reconciles (a submit), as
-        many as ``max_attempts`` allows, ending when the next one would pass ``max_elapsed``."""
+        many as ``max_attempts`` allows, ending when the next one would pass ``max_elapsed``: at
+        least ``submit_settle``, so that the failed attempt has landed before it is looked for."""
         started = time.monotonic()
         for attempt in range(1, self.max_attempts):
-            pause = self.pause(attempt)
+            pause = max(self.submit_settle, self.pause(attempt))
             if time.monotonic() - started + pause > self.max_elapsed:
                 return
             yield pause

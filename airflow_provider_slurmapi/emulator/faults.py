@@ -35,6 +35,13 @@ FAULT_KINDS = (
     "reset_after",  # the backend handles the call, then the connection is reset: the reply is lost
     "latency",  # answered normally after a delay
     "token_rejected",  # 401 UNAUTHENTICATED although the token is valid
+    # 504 DEADLINE_EXCEEDED from Google's front end, which gave up waiting, while the cluster still
+    # works on the call: it takes effect ``latency`` seconds later (a submit creates its job then)
+    "late_landing",
+    # Google answers 200, slurmrestd inside it fails, as the real one does (see outages.py); no job
+    # is created or cancelled:
+    "slurmctld_unreachable",  # slurmctld (on /slurmdb: slurmdbd) down: 502 errors 1800, 500 -1...
+    "slurm_internal",  # slurmrestd's own 500 with its errors list, error -1 "Unspecified error"
 )
 FAULT_HEADER = "X-Emulator-Fault"
 DEFAULT_LATENCY = 2.0
@@ -176,13 +183,15 @@ def load_script(path: str | Path) -> tuple[ScriptedFault, ...]:
 
 @dataclass(frozen=True)
 class FaultRecord:
-    """One injected fault. ``source`` is "header", "script" or "rate"; ``time`` is ``time.time()``."""
+    """One injected fault. ``source`` is "header", "script" or "rate"; ``time`` is ``time.time()``;
+    ``comment`` is a submitted job's comment (which tells a test whose submit it hit)."""
 
     kind: str
     method: str
     path: str
     time: float
     source: str
+    comment: str = ""
 
 
 class FaultInjector:
@@ -234,7 +243,7 @@ class FaultInjector:
 
     @property
     def latency(self) -> float:
-        """Seconds a "latency" fault waits: the plan's, or DEFAULT_LATENCY without a plan."""
+        """Seconds a "latency" fault waits (and a "late_landing" call lands after): the plan's, or DEFAULT_LATENCY without a plan."""
         plan = self._plan
         return plan.latency if plan is not None else DEFAULT_LATENCY
 
@@ -260,7 +269,7 @@ class FaultInjector:
         with self._lock:
             return self._calls
 
-    def pick(self, method: str, path: str, forced: str | None = None) -> str | None:
+    def pick(self, method: str, path: str, forced: str | None = None, *, comment: str = "") -> str | None:
         """The fault kind for this call, or None; ``forced`` is the X-Emulator-Fault header's kind."""
         if forced is not None:
             check_kind(FAULT_HEADER, forced)
@@ -269,7 +278,7 @@ class FaultInjector:
             kind, source = self._choose(method, path, forced)
             if kind is not None:
                 self._injected[kind] += 1
-                self._log.append(FaultRecord(kind, method, path, time.time(), source))
+                self._log.append(FaultRecord(kind, method, path, time.time(), source, comment))
             return kind
 
     def _choose(self, method: str, path: str, forced: str | None) -> tuple[str | None, str]:

@@ -15,7 +15,7 @@ import logging
 import re
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
@@ -32,6 +32,7 @@ from airflow_provider_slurmapi.emulator.backend_api import (
     SlurmRequest,
 )
 from airflow_provider_slurmapi.emulator.faults import FAULT_HEADER, FaultInjector
+from airflow_provider_slurmapi.emulator.outages import OUTAGE_KINDS, outage_answer
 from airflow_provider_slurmapi.emulator.request_log import RequestLog
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ _GOOGLE_STATUS = {
     429: "RESOURCE_EXHAUSTED",
     500: "INTERNAL",
     503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
 }
 
 ClusterKey = tuple[str, str, str]  # (project, region, cluster)
@@ -74,6 +76,7 @@ class ServerState:
     query_strings: bool = True  # False: refuse a query string in ``path`` (the API does not say)
     faults: FaultInjector = field(default_factory=FaultInjector)
     requests: RequestLog = field(default_factory=RequestLog)
+    landing_late: set[asyncio.Task[web.Response]] = field(default_factory=set)  # calls a "late_landing" fault delayed
 
 
 STATE_KEY: web.AppKey[ServerState] = web.AppKey("emulator_state", ServerState)
@@ -214,7 +217,7 @@ async def _answer_with_faults(
     request: web.Request, state: ServerState, backend: SlurmBackend, call: SlurmRequest, resource: str
 ) -> web.Response:
     try:
-        fault = state.faults.pick(call.method, call.path, request.headers.get(FAULT_HEADER))
+        fault = state.faults.pick(call.method, call.path, request.headers.get(FAULT_HEADER), comment=_comment(call))
     except ValueError as exc:  # an unknown kind in the header
         return google_error(400, str(exc))
     if fault is None:
@@ -224,11 +227,34 @@ async def _answer_with_faults(
         await asyncio.sleep(state.faults.latency)
     elif fault == "reset_before":
         return _reset_connection(request)
+    elif fault == "late_landing":
+        _land_late(state, _answer(state, backend, call, resource))
+        return google_error(504, "Deadline exceeded.")
     elif fault in _FAULT_REPLIES:
         return _FAULT_REPLIES[fault]()
+    elif fault in OUTAGE_KINDS:
+        cluster = getattr(backend, "cluster", resource.rsplit("/", 1)[-1])  # the name Slurm's meta gives
+        return _slurm_reply(state, *outage_answer(fault, call, cluster))
     response = await _answer(state, backend, call, resource)
     # reset_after: the backend has finished (a submitted job exists), only the reply is lost
     return _reset_connection(request) if fault == "reset_after" else response
+
+
+def _comment(call: SlurmRequest) -> str:
+    job = (call.body or {}).get("job")
+    return str(job.get("comment") or "") if isinstance(job, dict) else ""
+
+
+def _land_late(state: ServerState, answer: Coroutine[Any, Any, web.Response]) -> None:
+    """Run the call ``state.faults.latency`` seconds from now; its reply goes nowhere."""
+
+    async def later() -> web.Response:
+        await asyncio.sleep(state.faults.latency)
+        return await answer
+
+    task = asyncio.ensure_future(later())
+    state.landing_late.add(task)  # a reference, so that the task is not collected before it runs
+    task.add_done_callback(state.landing_late.discard)
 
 
 async def _answer(
@@ -246,6 +272,11 @@ async def _answer(
         return google_error(500, "Internal error encountered.")
     log.info("%s %s %s -> %s", principal, slurm_request.method, path, status)
     state.requests.record(slurm_request.method, path, slurm_request.query, status)
+    return _slurm_reply(state, status, reply)
+
+
+def _slurm_reply(state: ServerState, status: int, reply: dict[str, Any] | str) -> web.Response:
+    """slurmrestd's answer in Google's 200 envelope."""
     if isinstance(reply, str):  # a text/plain answer has no structured form
         return web.json_response({"status": status, "body": reply})
     if state.reply_shape == "body":

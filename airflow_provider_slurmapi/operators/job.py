@@ -45,6 +45,21 @@ def is_automatic_retry(ti: TaskTry, retries: int | None) -> bool:
     return ti.try_number > ti.max_tries - (retries or 0) + 1
 
 
+def dag_run_start_bound(context: Context) -> float | None:
+    """The earliest time (epoch seconds) any try of this task run can have submitted its job.
+
+    No run starts before its ``run_after`` (Airflow 3) or, on Airflow 2, its logical date; neither
+    moves when a task is cleared, unlike the run's ``queued_at`` and ``start_date``. None when the
+    context has no DAG run.
+    """
+    dag_run = context.get("dag_run")
+    for name in ("run_after", "logical_date", "execution_date"):
+        when = getattr(dag_run, name, None)
+        if when is not None:
+            return float(when.timestamp())
+    return None
+
+
 def mask_environment(job: dict[str, Any]) -> None:
     """Register the job's environment values as secrets: logs and rendered fields show ***."""
     environment = job.get("environment") if isinstance(job, dict) else None
@@ -199,6 +214,8 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
             known_job_id=record.read(),
             adopt_completed=self._may_adopt_completed_job(ti),
             earlier_tries=ti.try_number > 1,  # every attempt has a try number of its own
+            replace_active=not is_automatic_retry(ti, self.retries),  # a user's clear runs the job afresh
+            since=dag_run_start_bound(context),
         )
         self.job_id = submission.job_id
         record.write(self.job_id)

@@ -3,8 +3,9 @@
 Watchers with the same connection settings and interval share an ``EndedJobsPoller``: each
 interval it asks accounting once for the jobs that ended since the earliest point any of them
 still needs (``GET /slurmdb/vX/jobs/?start_time=..&end_time=..&state=..``), however many watchers
-there are and however many jobs ended, and hands the answer to all; each applies its own filter
-and cursor (``client.job_events``).
+there are, and hands the answer to all; each applies its own filter and cursor
+(``client.job_events``). A read covers at most ``CATCH_UP_WINDOW_SECONDS`` of end times while
+that far behind (after an outage, or a ``since`` long ago): the feed catches up window by window.
 """
 
 from __future__ import annotations
@@ -24,15 +25,33 @@ log = logging.getLogger(__name__)
 
 # The window's end is left open (a job cannot end in the future): the cluster's clock decides.
 OPEN_END_SECONDS = 86_400
+# The most end times one read asks for once behind: after an outage the feed catches up one window
+# per interval, so that no answer grows with the outage.
+CATCH_UP_WINDOW_SECONDS = 6 * 3_600
+# A window is closed (its end asked for, and taken as read in full) only if it ended this long ago
+# by the triggerer's clock: every job that ended in it is in accounting, whatever the cluster's
+# clock says. The window that comes nearer now is left open.
+CLOSED_WINDOW_AGE_SECONDS = 3_600
 
 
 @dataclass(frozen=True)
 class EndedJobsTick:
-    """One read: the jobs that ended from ``window_start`` on, or the error that stopped it."""
+    """One read: the jobs that ended from ``window_start`` on, or the error that stopped it;
+    ``window_end`` is the end of a closed window (all that ended by then), None for an open one."""
 
     window_start: int
     jobs: tuple[EndedJob, ...] = ()
     error: Exception | None = None
+    window_end: int | None = None
+
+
+def read_window(window_start: int, now: int) -> tuple[int, int | None]:
+    """The end to ask accounting for, and the tick's ``window_end``: a window of
+    ``CATCH_UP_WINDOW_SECONDS`` while it ended long enough ago, else one left open."""
+    window_end = window_start + CATCH_UP_WINDOW_SECONDS
+    if window_end <= now - CLOSED_WINDOW_AGE_SECONDS:
+        return window_end, window_end
+    return now + OPEN_END_SECONDS, None
 
 
 @dataclass(eq=False)
@@ -60,14 +79,15 @@ class EndedJobsPoller(IntervalPoller[EndedJobsTick]):
 
     async def _read(self) -> EndedJobsTick:
         window_start = min(watch.read_from for watch in self.watches)
+        ask_until, window_end = read_window(window_start, int(time.time()))
         try:
             if self.client is None:  # opened here, so that a bad connection is tried again next interval
                 self.client = await open_client(self.hook_kwargs)
-            jobs = await self.client.ended_jobs(window_start, int(time.time()) + OPEN_END_SECONDS)
+            jobs = await self.client.ended_jobs(window_start, ask_until)
         except Exception as error:  # the client already retried what was transient; watchers keep watching
             return EndedJobsTick(window_start, error=error)
         self.calls += 1
-        return EndedJobsTick(window_start, tuple(jobs))
+        return EndedJobsTick(window_start, tuple(jobs), window_end=window_end)
 
 
 _POLLERS = PollerRegistry(EndedJobsPoller)

@@ -180,7 +180,7 @@ class SlurmJobEventTrigger(BaseEventTrigger):
                 if failing:
                     self.log.info("Reading the Slurm jobs that ended again")
                 failing = False
-                after, ended = cursor.take(tick.jobs, self.filter)
+                after, ended = cursor.take(tick.jobs, self.filter, tick.window_end)
                 pause = min(EVENT_SPACING_SECONDS, self.poll_interval / max(1, len(ended)))
                 for n, job in enumerate(ended, start=1):
                     self.log.info("%s (name %r, user %s)", job.status.describe(), job.status.name, job.user)

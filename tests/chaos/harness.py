@@ -20,6 +20,7 @@ import logging
 import multiprocessing
 import os
 import random
+import re
 import signal
 import sys
 import threading
@@ -30,6 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from airflow_provider_slurmapi.client.paths import base_job_id
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_DAG = REPO / "example_dags" / "example_slurm_submit_job.py"
@@ -257,37 +260,38 @@ class Verdict:
     lost: int
     disagreements: int
     problems: list[str]
+    submit_faults: Counter[str]
 
 
-def verify(
-    runs: list[TaskRun],
-    accounting: list[dict[str, Any]],
-    faults: Counter[str],
-    submit_faults: Counter[str],
-    chaos: Chaos,
-) -> Verdict:
+def verify(runs: list[TaskRun], accounting: list[dict[str, Any]], fault_log: list[Any], chaos: Chaos) -> Verdict:
     """Compare each task run's outcome with the jobs Slurm has for its key (``/slurmdb`` records).
 
     A task run may have a second job only if its first one failed while no try was watching it
-    (a failed job is submitted anew by design); any other extra job is a duplicate.
+    (a failed job is submitted anew by design); any other extra job is a duplicate. Each fault is
+    tied to the task run whose call it hit where the call names one (a submit by its key, a job's
+    own read or cancel by its ID), so that the table says, per fault kind, what the runs it hit came to.
     """
     from airflow_provider_slurmapi.client.jobs import JobStatus
     from airflow_provider_slurmapi.client.submission import carries_key, submission_key
 
     records = [(JobStatus.from_slurmdb(record), record["time"]) for record in accounting]
     problems: list[str] = []
-    duplicates = lost = disagreements = without_one = resubmitted = 0
+    wrong: dict[int, Counter[str]] = {}  # task run -> "duplicates", "lost", "wrong outcomes"
+    without_one = resubmitted = 0
+    run_of_job: dict[str, int] = {}
     for run in runs:
         key = submission_key("example_slurm_submit_job", "train", run_id(run), -1)
         jobs = sorted(((job, times) for job, times in records if carries_key(job, key)), key=lambda j: int(j[0].job_id))
+        wrong[run.number] = tally = Counter()
+        run_of_job.update({base_job_id(job.job_id): run.number for job, _ in jobs})
         if not jobs:
-            lost += 1
+            tally["lost"] += 1
             without_one += 1
             problems.append(f"task run {run.number}: no Slurm job ({run.outcome})")
             continue
         for (earlier, times), (later, later_times) in zip(jobs, jobs[1:], strict=False):
             if earlier.is_success or later_times["submission"] < times["end"] or not times["end"]:
-                duplicates += 1
+                tally["duplicates"] += 1
                 problems.append(f"task run {run.number}: job {later.job_id} while {earlier.describe()}")
         without_one += len(jobs) != 1
         resubmitted += len(jobs) > 1
@@ -296,8 +300,19 @@ def verify(
         if (run.outcome == "success") != expected_success or (
             not expected_success and f"exit code {run.exit_code}" not in run.outcome
         ):
-            disagreements += 1
+            tally["wrong outcomes"] += 1
             problems.append(f"task run {run.number}: task says {run.outcome!r}, Slurm says {job.describe()}")
+    run_of_key = {submission_key("example_slurm_submit_job", "train", run_id(run), -1): run.number for run in runs}
+    faults = Counter(record.kind for record in fault_log)
+    submit_faults = Counter(record.kind for record in fault_log if record.path.endswith("/job/submit"))
+    hit: dict[str, set[int]] = {}
+    for record in fault_log:
+        number = _run_hit(record, run_of_key, run_of_job)
+        if number is not None:
+            hit.setdefault(record.kind, set()).add(number)
+    total = Counter[str]()
+    for tally in wrong.values():
+        total.update(tally)
     slurm_jobs = [job for job, _ in records]
     kinds = _kinds(faults)
     table = [
@@ -314,16 +329,41 @@ def verify(
         ("Slurm jobs created", str(len({job.job_id for job in slurm_jobs}))),
         ("task runs with exactly one job", f"{len(runs) - without_one} of {len(runs)}"),
         ("  a second job after the first failed unwatched", str(resubmitted)),
-        ("duplicate jobs", str(duplicates)),
-        ("jobs lost", str(lost)),
-        ("outcomes that disagree with Slurm", str(disagreements)),
+        ("duplicate jobs", str(total["duplicates"])),
+        ("jobs lost", str(total["lost"])),
+        ("outcomes that disagree with Slurm", str(total["wrong outcomes"])),
         (
             "task runs succeeded / failed",
             f"{sum(r.outcome == 'success' for r in runs)} / {sum(r.outcome != 'success' for r in runs)}",
         ),  # fmt: skip
         ("seed", str(chaos.seed)),
     ]
-    return Verdict(table, duplicates, lost, disagreements, problems)
+    by_kind = [("fault kind", "calls hit, on a submit, task runs hit: duplicates / lost / wrong outcomes")]
+    for kind in sorted(faults):
+        runs_hit = hit.get(kind, set())
+        among = Counter[str]()
+        for number in runs_hit:
+            among.update(wrong[number])
+        by_kind.append(
+            (
+                f"  {kind}",
+                f"{faults[kind]}, {submit_faults[kind]}, {len(runs_hit)}: "
+                f"{among['duplicates']} / {among['lost']} / {among['wrong outcomes']}",
+            )
+        )
+    return Verdict(
+        table + by_kind, total["duplicates"], total["lost"], total["wrong outcomes"], problems, submit_faults
+    )
+
+
+def _run_hit(record: Any, run_of_key: dict[str, int], run_of_job: dict[str, int]) -> int | None:
+    """The task run whose call a fault hit, where the call names one: a submit by the key in its
+    comment, a job's own read or cancel by its ID; None for reads of many jobs."""
+    for word in record.comment.split():
+        if word in run_of_key:
+            return run_of_key[word]
+    match = re.search(r"/job/(\d+)", record.path)
+    return run_of_job.get(match.group(1)) if match else None
 
 
 def _kinds(faults: Counter[str]) -> str:

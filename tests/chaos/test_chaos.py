@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -62,11 +61,10 @@ def test_chaos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.setenv("AIRFLOW_CONN_SLURM_JOB_API_DEFAULT", connection_json(emu))
             chaos = Chaos(seed=seed)
             runs = Harness(chaos, tmp_path, job_secret).run_all(count, concurrency=8)
-            faults = emu.faults.injected
-            submit_faults = Counter(r.kind for r in emu.faults.log if r.path.endswith("/job/submit"))
+            fault_log = emu.faults.log
             emu.faults.set_plan(None)
             listed = SlurmJobApiHook().call("GET", "/slurmdb/v0.0.42/jobs")["jobs"]
-            verdict = verify(runs, listed, faults, submit_faults, chaos)
+            verdict = verify(runs, listed, fault_log, chaos)
             secret_values = secrets_in(emu, job_secret)
     finally:
         root.removeHandler(handler)
@@ -83,6 +81,7 @@ def test_chaos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
     assert not verdict.problems, "\n".join(verdict.problems[:20])
     assert (verdict.duplicates, verdict.lost, verdict.disagreements) == (0, 0, 0)
-    assert sum(submit_faults.values()) > 0 and sum(run.kills for run in runs) > 0  # the run was really rough
+    assert {record.kind for record in fault_log} == set(FAULT_KINDS)  # every kind of fault was met
+    assert sum(verdict.submit_faults.values()) > 0 and sum(run.kills for run in runs) > 0  # the run was really rough
     assert not leaked, leaked
     assert scanned > 10 * count  # the logs were really written and read

@@ -8,8 +8,8 @@ database and in the emulator's request log:
 - stall: the triggerer holding the most triggers is stopped (SIGSTOP) until the other one adopts
   them, then resumed. Airflow 3.3 then stops the triggers it lost through ``on_kill``, as for a
   user's kill; no job may be cancelled.
-- a user's kill: one deferred task marked failed through the REST API: its job, and only its job,
-  is cancelled.
+- a user's kill: one deferred task marked failed, one marked success and one cleared through the
+  REST API: their jobs, and only theirs, are cancelled, and the cleared task runs a new job.
 - kill: the same as the stall with SIGKILL; the adopting triggerer's shared poller then makes at
   most two state calls per interval for all the jobs.
 - shutdown: the triggerer holding the most triggers is stopped with SIGTERM, as at a deployment's
@@ -268,32 +268,44 @@ def test_stalled_triggerer_that_resumes_cancels_nothing(fleet: Fleet) -> None:
         fleet.print_report("stall")
 
 
-def test_a_user_marking_a_deferred_task_failed_cancels_its_job_only(fleet: Fleet) -> None:
+def test_a_users_mark_failed_mark_success_and_clear_cancel_their_jobs_only(fleet: Fleet) -> None:
+    """Task 0 marked failed, task 1 marked success, task 2 cleared: each cancels its job, and the
+    cleared task runs a job afresh; the other tasks' jobs are left alone."""
     with fleet.airflow.explained():
         fleet.start(seconds=30)
         fleet.wait_all_watched()
         fleet.record_triggers("triggers before")
-        killed = fleet.job_of(0)
-        marked_at = time.time()
-        fleet.api.patch(
-            f"/api/v2/dags/{DAG_ID}/dagRuns/{fleet.run_id}/taskInstances/{TASK_ID}/0", {"new_state": "failed"}
+        failed, succeeded, cleared = (fleet.job_of(index) for index in range(3))
+        acted_at = time.time()
+        task_path = f"/api/v2/dags/{DAG_ID}/dagRuns/{fleet.run_id}/taskInstances/{TASK_ID}"
+        fleet.api.patch(f"{task_path}/0", {"new_state": "failed"})
+        fleet.api.patch(f"{task_path}/1", {"new_state": "success"})
+        fleet.api.post(
+            f"/api/v2/dags/{DAG_ID}/clearTaskInstances",
+            {"dry_run": False, "only_failed": False, "dag_run_id": fleet.run_id, "task_ids": [[TASK_ID, 2]]},
         )
-        cancel = wait_for(lambda: fleet.calls("DELETE", f"/job/{killed.job_id}$"), 60, f"job {killed.job_id}'s cancel")
-        fleet.report["seconds from mark to cancel"] = round(cancel[0].at - marked_at, 1)
+        for job in (failed, succeeded, cleared):
+            cancel = wait_for(
+                lambda job=job: fleet.calls("DELETE", f"/job/{job.job_id}$"), 60, f"job {job.job_id}'s cancel"
+            )
+            fleet.report[f"seconds to cancel job {job.job_id}"] = round(cancel[0].at - acted_at, 1)
         states = fleet.wait_until_done()
         jobs = fleet.jobs_per_task()
-        deletes = fleet.calls("DELETE", "/job/")
+        cancelled = {call.path.rsplit("/", 1)[-1] for call in fleet.calls("DELETE", "/job/")}
         fleet.report["task states"] = dict(Counter(states.values()))
-        fleet.report["DELETEs seen"] = len(deletes)
-        fleet.report["Slurm job states"] = dict(Counter(str(found[0].state.value) for found in jobs.values()))
+        fleet.report["jobs cancelled"] = sorted(cancelled, key=int)
+        fleet.report["jobs of the cleared task"] = [(job.job_id, job.state.value) for job in jobs[2]]
         fleet.report["jobs per task"] = dict(Counter(len(found) for found in jobs.values()))
-        assert [call.path.rsplit("/", 1)[-1] for call in deletes] == [str(killed.job_id)]
-        assert wait_for(lambda: killed.state.value == "CANCELLED" or None, 30, "the job to end CANCELLED")
+        assert cancelled == {str(job.job_id) for job in (failed, succeeded, cleared)}
+        for job in (failed, succeeded, cleared):
+            assert wait_for(lambda job=job: job.state.value == "CANCELLED" or None, 30, f"job {job.job_id} CANCELLED")
         assert states == {0: "failed", **{index: "success" for index in range(1, TASKS)}}
-        others = [found[0].state.value for index, found in jobs.items() if index]
-        assert others == ["COMPLETED"] * (TASKS - 1)
-        assert all(len(found) == 1 for found in jobs.values())
-        fleet.print_report("user's kill")
+        # the cleared task ran afresh: its first job cancelled, a new one that completed
+        assert [job.state.value for job in jobs[2]] == ["CANCELLED", "COMPLETED"]
+        others = [found[0].state.value for index, found in jobs.items() if index > 2]
+        assert others == ["COMPLETED"] * (TASKS - 3)
+        assert all(len(found) == 1 for index, found in jobs.items() if index != 2)
+        fleet.print_report("a user's mark failed, mark success and clear")
 
 
 def test_killed_triggerer_is_replaced_and_one_poller_serves_all_jobs(fleet: Fleet) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from airflow_provider_slurmapi.client.operations import CLOCK_SKEW_SECONDS
 from airflow_provider_slurmapi.client.submission import carries_key, submission_key
 from airflow_provider_slurmapi.emulator import Emulator, ScriptedFault
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
@@ -32,6 +34,13 @@ class TaskStateStore:
         self.values[key] = value
 
 
+class DagRun:
+    """What the operator reads of ``context["dag_run"]``: the earliest the run could start."""
+
+    def __init__(self) -> None:
+        self.run_after = datetime.now(UTC)
+
+
 class TaskRun:
     """The tries of one task run: automatic retries and user clears, as Airflow numbers them."""
 
@@ -39,10 +48,12 @@ class TaskRun:
         self.first = RecordingTaskInstance(try_number=1, retries=RETRIES)
         self.try_number, self.max_tries = 1, RETRIES
         self.store = store
+        self.dag_run = DagRun()
 
     def context(self) -> dict[str, Any]:
         ti = RecordingTaskInstance(try_number=self.try_number, retries=self.max_tries, run_id=self.first.run_id)
-        return {"ti": ti, **({"task_state_store": self.store} if self.store is not None else {})}
+        store = {"task_state_store": self.store} if self.store is not None else {}
+        return {"ti": ti, "dag_run": self.dag_run, **store}
 
     def automatic_retry(self) -> None:
         self.try_number += 1
@@ -78,6 +89,13 @@ def wait_finished(job_id: str) -> None:
     SlurmJobApiHook().wait_for_job(job_id, poll_interval=0.3, timeout=30)
 
 
+def wait_running(job_id: str) -> None:
+    deadline = time.monotonic() + 30
+    while SlurmJobApiHook().get_job(job_id).state != "RUNNING":
+        assert time.monotonic() < deadline, f"job {job_id} never started"
+        time.sleep(0.2)
+
+
 def test_the_job_carries_the_task_runs_key(slurm_connection: str, emulator: Emulator) -> None:
     run = TaskRun()
     op = operator("exit 0", job={**JOB, "comment": "nightly"})
@@ -97,12 +115,43 @@ def test_a_retry_reattaches_to_the_job_still_running(slurm_connection: str, emul
     assert jobs_of(emulator, run) == [first]
 
 
-def test_a_cleared_task_reattaches_too_while_its_job_runs(slurm_connection: str, emulator: Emulator) -> None:
+# a job that takes 2 s to stop once cancelled: Slurm shows it CANCELLED+COMPLETING meanwhile
+SLOW_TO_STOP = "trap 'sleep 2; exit 143' TERM\nsleep 60 &\nwait"
+
+
+def state_of(job_id: str) -> str:
+    return SlurmJobApiHook().get_job(job_id).state
+
+
+def test_a_cleared_task_cancels_the_job_still_running_and_submits_afresh(
+    slurm_connection: str, emulator: Emulator
+) -> None:
     run = TaskRun()
-    first = operator("sleep 3", wait_for_completion=False).execute(run.context())
+    first = operator(SLOW_TO_STOP, wait_for_completion=False).execute(run.context())
+    wait_running(first)
+    run.user_clear()  # the killed try's cancel has not reached Slurm yet: the new try cancels it
+    ctx = run.context()
+    second = operator("exit 0").execute(ctx)
+    assert second != first and ctx["ti"].xcom["job_state"] == "COMPLETED"
+    wait_finished(first)
+    assert state_of(first) == "CANCELLED"
+    assert jobs_of(emulator, run) == sorted([first, second], key=int)
+
+
+def test_a_cleared_task_whose_killed_try_cancelled_its_job_submits_afresh(
+    slurm_connection: str, emulator: Emulator
+) -> None:
+    run = TaskRun()
+    killed = operator(SLOW_TO_STOP, wait_for_completion=False)
+    first = killed.execute(run.context())
+    wait_running(first)
+    killed.on_kill()  # what clearing a running task does to its try
+    assert "COMPLETING" in SlurmJobApiHook().get_job(first).flags  # not over yet when the new try starts
     run.user_clear()
-    assert operator("sleep 3").execute(run.context()) == first
-    assert jobs_of(emulator, run) == [first]
+    ctx = run.context()
+    second = operator("exit 0").execute(ctx)  # neither reattached to the cancelled job nor failed CANCELLED
+    assert second != first and ctx["ti"].xcom["job_state"] == "COMPLETED"
+    assert jobs_of(emulator, run) == sorted([first, second], key=int)
 
 
 def test_a_retry_adopts_a_job_that_completed(slurm_connection: str, emulator: Emulator) -> None:
@@ -148,18 +197,41 @@ def test_a_failed_job_is_submitted_anew_on_retry(slurm_connection: str, emulator
     assert second != first and len(jobs_of(emulator, run)) == 2
 
 
-def test_a_retry_finds_a_purged_job_in_accounting(slurm_connection: str, emulator: Emulator) -> None:
-    run = TaskRun()
-    first = operator("exit 0", wait_for_completion=False).execute(run.context())
-    wait_finished(first)
+def wait_purged() -> None:
     hook = SlurmJobApiHook()
     deadline = time.monotonic() + 30
     while hook.call("GET", "/slurm/v0.0.42/jobs")["jobs"]:  # min_job_age: the live queue forgets it
         assert time.monotonic() < deadline
         time.sleep(0.5)
+
+
+def test_a_retry_finds_a_purged_job_in_accounting(slurm_connection: str, emulator: Emulator) -> None:
+    run = TaskRun()
+    first = operator("exit 0", wait_for_completion=False).execute(run.context())
+    wait_finished(first)
+    wait_purged()
     run.automatic_retry()
     assert operator("exit 0").execute(run.context()) == first
     assert jobs_of(emulator, run) == [first]
+
+
+def test_accounting_is_searched_only_from_when_the_dag_run_could_start(
+    slurm_connection: str, emulator: Emulator
+) -> None:
+    run = TaskRun()
+    first = operator("exit 0", wait_for_completion=False).execute(run.context())
+    wait_finished(first)
+    wait_purged()
+    run.automatic_retry()
+    # were the run to start only after that job ended (by more than the clocks may differ), the
+    # job could not be one of its tries': accounting is not read that far back
+    run.dag_run.run_after = datetime.now(UTC) + timedelta(seconds=CLOCK_SKEW_SECONDS + 60)
+    asked = time.time()
+    second = operator("exit 0").execute(run.context())
+    assert second != first and jobs_of(emulator, run) == sorted([first, second])
+    [search] = [c for c in emulator.requests.calls("GET", r"^/slurmdb/v0\.0\.42/jobs/$", asked) if c.query]
+    since = int(run.dag_run.run_after.timestamp()) - CLOCK_SKEW_SECONDS
+    assert search.query == {"job_name": [JOB["name"]], "start_time": [str(since)]}
 
 
 def test_the_task_state_store_keeps_the_job_id_across_tries(slurm_connection: str, emulator: Emulator) -> None:
@@ -182,6 +254,16 @@ def test_a_failed_submit_is_reconciled_through_the_key(slurm_connection: str, em
     assert emulator.faults.injected[fault] == 1
     assert jobs_of(emulator, run) == [job_id]  # one job, whether or not the first submit reached Slurm
     assert ctx["ti"].xcom["job_state"] == "COMPLETED"
+
+
+def test_a_submit_that_lands_after_the_client_gave_up_makes_one_job(slurm_connection: str, emulator: Emulator) -> None:
+    run = TaskRun()
+    emulator.faults.clear()  # the call lands DEFAULT_LATENCY (2 s) after Google answered 504
+    emulator.faults.script(ScriptedFault("late_landing", method="POST", path="job/submit$"))
+    job_id = operator("exit 0").execute(run.context())
+    assert emulator.faults.injected["late_landing"] == 1
+    time.sleep(3)  # past the landing, whatever the client did meanwhile
+    assert jobs_of(emulator, run) == [job_id]
 
 
 def test_a_submit_rejected_by_slurm_is_not_retried(slurm_connection: str, emulator: Emulator) -> None:

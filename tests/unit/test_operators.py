@@ -464,7 +464,57 @@ def test_execute_without_waiting_returns_the_job_id_and_records_it() -> None:
     job, script, key = args
     assert job == {"name": "task", "partition": "a3"}  # named after the task by default
     assert (script, key) == (SCRIPT, submission_key("dag", "task", "run1", -1))
-    assert kwargs == {"known_job_id": None, "adopt_completed": False, "earlier_tries": False}
+    assert kwargs == {
+        "known_job_id": None,
+        "adopt_completed": False,
+        "earlier_tries": False,
+        "replace_active": True,
+        "since": None,
+    }
+
+
+@pytest.mark.parametrize(("try_number", "max_tries", "replace"), [(2, 1, False), (3, 3, True), (4, 3, False)])
+def test_a_users_clear_replaces_a_running_job_and_a_retry_watches_it(
+    try_number: int, max_tries: int, replace: bool
+) -> None:
+    hook = FakeHook()
+    submit_op(hook, wait_for_completion=False, retries=1).execute(
+        ctx(FakeTI(try_number=try_number, max_tries=max_tries))
+    )
+    assert hook.named("submit_once")[0][1]["replace_active"] is replace
+
+
+RUN_AFTER = datetime.datetime(2026, 12, 1, 8, tzinfo=datetime.UTC)
+LOGICAL_DATE = RUN_AFTER - datetime.timedelta(days=1)  # a daily run's interval starts a day earlier
+LATER = RUN_AFTER + datetime.timedelta(days=2)  # what clearing a task makes of queued_at and start_date
+
+
+class FakeDagRun:
+    def __init__(self, **times: Any) -> None:
+        self.__dict__.update(times)
+
+
+@pytest.mark.parametrize(
+    ("dag_run", "since"),
+    [
+        # Airflow 3: not before run_after (the scheduler starts no run earlier), whatever a clear did
+        (FakeDagRun(run_after=RUN_AFTER, logical_date=LOGICAL_DATE, queued_at=LATER, start_date=LATER), RUN_AFTER),
+        (FakeDagRun(run_after=RUN_AFTER, logical_date=None, queued_at=LATER, start_date=None), RUN_AFTER),
+        # Airflow 2.11: no run_after; a run starts after its logical date
+        (FakeDagRun(logical_date=LOGICAL_DATE, execution_date=LOGICAL_DATE, queued_at=LATER), LOGICAL_DATE),
+        (FakeDagRun(execution_date=LOGICAL_DATE, queued_at=LATER), LOGICAL_DATE),
+        (None, None),
+    ],
+)
+def test_execute_searches_for_earlier_tries_from_when_the_dag_run_could_start(
+    dag_run: Any, since: datetime.datetime | None
+) -> None:
+    hook = FakeHook()
+    context = ctx(FakeTI(try_number=2, max_tries=1))
+    if dag_run is not None:
+        context["dag_run"] = dag_run
+    submit_op(hook, wait_for_completion=False, retries=1).execute(context)
+    assert hook.named("submit_once")[0][1]["since"] == (since.timestamp() if since else None)
 
 
 def test_execute_keeps_the_jobs_own_name() -> None:

@@ -11,6 +11,7 @@ import requests
 
 from airflow_provider_slurmapi.client.cluster import ClusterRef
 from airflow_provider_slurmapi.client.errors import InvalidRequestError
+from airflow_provider_slurmapi.client.numbers import checked_number
 from airflow_provider_slurmapi.client.retry import RetryPolicy
 from airflow_provider_slurmapi.client.sync import SlurmJobApiClient
 
@@ -49,6 +50,10 @@ def cluster(**fields: Any) -> Callable[[], object]:
 
 def retries(**settings: Any) -> Callable[[], object]:
     return lambda: RetryPolicy.from_settings(**settings)
+
+
+def seconds(field: str, value: object) -> Callable[[], object]:
+    return lambda: checked_number(field, value, low=0, above_low=True)
 
 
 JOB_ID_ALLOWED = "expected a number (123), an array task (123_4) or a heterogeneous job component (123+1)"
@@ -121,7 +126,12 @@ CASES: list[tuple[str, Callable[[], object], str, list[str]]] = [
             "retry_max_seconds",
             [repr(value), "from 0 to 3600"],
         )
-        for value in (-1, "forever", 7200)
+        for value in (-1, "forever", 7200, "nan", float("nan"), "inf", float("inf"), "-inf", "NaN")
+    ],
+    # NaN compares false with every bound, and infinity passes a bound that is not set
+    *[
+        (f"poll_interval {value!r}", seconds("poll_interval", value), "poll_interval", [repr(value), "greater than 0"])
+        for value in (float("nan"), float("inf"), "nan")
     ],
 ]
 

@@ -174,3 +174,11 @@ def test_cluster_ref_refuses_non_http_endpoint(endpoint):
     with pytest.raises(InvalidRequestError) as caught:
         ClusterRef("p", "us-central1", "c", endpoint=endpoint)
     assert caught.value.field == "endpoint"
+
+
+def test_the_accounting_list_by_name_is_bounded_in_time():
+    # without state, slurmdbd selects the jobs not ended before start_time (running ones too)
+    assert PATHS.accounting_jobs("train", start_time=1_800_000_000) == (
+        "/slurmdb/v0.0.42/jobs/?job_name=train&start_time=1800000000"
+    )
+    assert PATHS.accounting_jobs("a b&c", start_time=5) == "/slurmdb/v0.0.42/jobs/?job_name=a+b%26c&start_time=5"

@@ -12,7 +12,7 @@ from airflow_provider_slurmapi.client import operations
 from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply
 from airflow_provider_slurmapi.client.errors import InvalidArgumentError, TransportError, UnavailableError
 from airflow_provider_slurmapi.client.paths import SlurmPaths, base_job_id
-from airflow_provider_slurmapi.client.retry import RetryPolicy
+from airflow_provider_slurmapi.client.retry import SUBMIT_SETTLE_SECONDS, RetryPolicy
 from airflow_provider_slurmapi.client.steps import ApiSettings, Pause
 from airflow_provider_slurmapi.client.submission import submission_key, with_key
 from airflow_provider_slurmapi.operators.job import is_automatic_retry
@@ -61,16 +61,22 @@ def keyed_job(job_id: int, state: str = "RUNNING") -> dict[str, Any]:
     return {"job_id": job_id, "job_state": [state], "comment": f"x {KEY}", "name": JOB["name"]}
 
 
-def test_a_failed_submit_looks_for_the_key_then_submits_again_after_a_pause() -> None:
+def test_a_failed_submit_waits_for_a_late_landing_then_looks_for_the_key_then_submits_again() -> None:
     op = operations.submit_job(API_RETRYING, JOB, SCRIPT, key=KEY)
     first = next(op)
     assert (first.method, first.path, first.body["job"]["comment"]) == ("POST", PATHS.submit(), KEY)
-    live = op.throw(UnavailableError(503, "UNAVAILABLE", "try later"))
+    # the failed submit may still be creating its job: it is looked for only once it would have landed
+    pause = op.throw(UnavailableError(503, "UNAVAILABLE", "try later"))
+    assert isinstance(pause, Pause) and pause.seconds == RETRY.submit_settle == SUBMIT_SETTLE_SECONDS
+    live = op.send(None)
     assert (live.method, live.path) == ("GET", PATHS.jobs())
-    # a job the submit created is in the live queue at once: accounting is not asked
-    pause = op.send(reply({"jobs": [{"job_id": 5, "job_state": ["RUNNING"], "comment": "other"}]}))
-    assert isinstance(pause, Pause) and 0 <= pause.seconds <= 1.0
-    again = op.send(None)
+    # not in the live queue: a short job may have ended and left it meanwhile, so accounting is asked
+    accounting = op.send(reply({"jobs": [{"job_id": 5, "job_state": ["RUNNING"], "comment": "other"}]}))
+    assert (accounting.method, accounting.path.partition("&start_time=")[0]) == (
+        "GET",
+        PATHS.accounting_jobs(JOB["name"]),
+    )  # (bounded in time, see the accounting search's own tests)
+    again = op.send(reply({"jobs": []}))
     assert again == first
     with pytest.raises(StopIteration) as done:
         op.send(reply({"job_id": 7}))
@@ -80,12 +86,20 @@ def test_a_failed_submit_looks_for_the_key_then_submits_again_after_a_pause() ->
 def test_a_submit_whose_reply_was_lost_adopts_the_job_it_created() -> None:
     op = operations.submit_job(API_RETRYING, JOB, SCRIPT, key=KEY)
     next(op)
-    op.throw(TransportError("connection reset by peer"))
+    assert isinstance(op.throw(TransportError("connection reset by peer")), Pause)
+    op.send(None)  # the live queue, after the pause
     read = op.send(reply({"jobs": [keyed_job(41, "PENDING"), {"job_id": 42, "job_state": ["RUNNING"]}]}))
     assert (read.method, read.path) == ("GET", PATHS.job("41"))  # no second POST
     with pytest.raises(StopIteration) as done:
         op.send(reply({"jobs": [keyed_job(41, "PENDING")]}))
     assert done.value.value == "41"
+
+
+def test_a_backoff_longer_than_the_settle_is_kept() -> None:
+    slow = RetryPolicy(max_attempts=5, initial_wait=60.0, max_wait=60.0, max_elapsed=3600, submit_settle=1.0)
+    pauses = list(slow.resubmit_pauses())
+    assert len(pauses) == 4 and all(1.0 <= pause <= 60.0 for pause in pauses)
+    assert list(RetryPolicy(max_attempts=3, max_elapsed=5.0).resubmit_pauses()) == []  # the settle passes the limit
 
 
 def test_a_permanent_error_is_not_retried_nor_reconciled() -> None:
@@ -165,3 +179,31 @@ def test_accounting_is_asked_only_when_a_finished_job_could_be_adopted() -> None
                 seen.append(f"{step.method} {step.path.split('/v0')[0]}" if step.method == "GET" else step.method)
                 step = op.send(reply({"jobs": []} if step.method == "GET" else {"job_id": 9}))
         assert seen == expected
+
+
+def _accounting_query(op: Any) -> dict[str, list[str]]:
+    """Drive ``find_job_by_key`` past an empty live queue; the query of its accounting read."""
+    from urllib.parse import parse_qs, urlsplit
+
+    live = next(op)
+    assert (live.method, live.path) == ("GET", PATHS.jobs())
+    read = op.send(reply({"jobs": []}))
+    assert read.method == "GET" and read.path.startswith("/slurmdb/v0.0.42/jobs/?")
+    return parse_qs(urlsplit(read.path).query)
+
+
+def test_accounting_is_searched_from_when_the_task_run_began_less_a_clock_margin() -> None:
+    query = _accounting_query(operations.find_job_by_key(API, KEY, "train", since=1_800_000_000.5))
+    assert query == {"job_name": ["train"], "start_time": ["1799996400"]}  # an hour earlier
+
+
+def test_without_a_start_accounting_is_searched_over_the_last_30_days() -> None:
+    now = datetime.datetime.now(datetime.UTC).timestamp()
+    query = _accounting_query(operations.find_job_by_key(API, KEY, "train"))
+    assert query["job_name"] == ["train"]
+    assert int(query["start_time"][0]) == pytest.approx(now - 30 * 86_400, abs=5)
+
+
+def test_submit_once_passes_the_start_to_the_accounting_search() -> None:
+    op = operations.submit_once(API, JOB, SCRIPT, KEY, adopt_completed=True, since=1_800_000_000)
+    assert _accounting_query(op)["start_time"] == ["1799996400"]

@@ -129,6 +129,26 @@ def test_jobs_that_do_not_match_still_move_the_cursor(record) -> None:
     assert new == [] and cursor.high_water == 300 and cursor.reported == {}
 
 
+def test_a_closed_window_moves_the_cursor_to_its_end_even_when_nothing_ended_in_it(record) -> None:
+    cursor = EventCursor.starting(1_000)
+    # a catch-up read of [read_from, 5_000]: everything that ended in it has been read
+    cursor, new = cursor.take([record(1, 2_000)], EVERYTHING, window_end=5_000)
+    assert [j.status.job_id for j in new] == ["1"] and cursor.high_water == 5_000
+    cursor, new = cursor.take([], EVERYTHING, window_end=9_000)
+    assert new == [] and cursor.high_water == 9_000 and cursor.read_from == 9_000 - SETTLE_SECONDS
+    # a read for another watcher that ended before this cursor does not move it back
+    cursor, _ = cursor.take([], EVERYTHING, window_end=3_000)
+    assert cursor.high_water == 9_000
+
+
+def test_an_open_window_moves_the_cursor_only_to_the_latest_end_it_holds(record) -> None:
+    # the cluster's clock decides what has ended: the cursor does not guess a time past it
+    cursor, _ = EventCursor.starting(1_000).take([record(1, 2_000)], EVERYTHING, window_end=None)
+    assert cursor.high_water == 2_000
+    cursor, _ = cursor.take([], EVERYTHING)
+    assert cursor.high_water == 2_000
+
+
 def test_the_cursor_round_trips_and_refuses_other_shapes() -> None:
     cursor = EventCursor(since=5, high_water=9, reported={"3@9": 9})
     assert EventCursor.from_dict(cursor.to_dict()) == cursor

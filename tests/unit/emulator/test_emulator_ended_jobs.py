@@ -317,3 +317,19 @@ def test_a_malformed_time_is_refused(api: Api) -> None:
         (9202, "#/start_time/"),
         (9000, "op_handler_jobs"),
     ]
+
+
+def test_a_name_from_a_start_time_gives_the_jobs_not_ended_before_it(api: Api, played: Played) -> None:
+    # find_job_by_key's search: without state (as window_no_state shows), slurmdbd gives the jobs
+    # that became eligible and had not ended by start_time; the window ends now
+    names = "&".join(f"job_name=ended-{role}" for role in ("running", "early", "ok", "held"))
+
+    def roles(start_time: int) -> list[str]:
+        status, reply = api.call("GET", f"/slurmdb/v0.0.42/jobs/?{names}&start_time={start_time}")
+        assert status == 200, reply
+        return [played.role(j) for j in reply["jobs"]]
+
+    assert roles(played.end("early")) == ["running", "early", "ok"]  # an end at start_time is in
+    assert roles(played.end("early") + 1) == ["running", "ok"]
+    # held ended after that start, but never became eligible; running ends last, if at all
+    assert roles(played.end("held")) == ["running"]

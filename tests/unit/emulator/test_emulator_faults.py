@@ -204,6 +204,20 @@ def test_reset_after_submit_leaves_the_job_created(emu: Emulator, api: Api, work
     assert job["name"] in submitted_names(api)  # the reply was lost, the job was not
 
 
+def test_late_landing_answers_a_timeout_and_creates_the_job_later(emu: Emulator, api: Api, workdir: Path) -> None:
+    emu.faults.set_plan(FaultPlan(rate=0.0, latency=1.0))
+    emu.faults.script(ScriptedFault("late_landing", method="POST", path="job/submit$"))
+    job = job_desc(workdir)
+    with pytest.raises(ServerError) as caught:
+        sync_client(emu).submit_job(job, "#!/bin/sh\ntrue\n")
+    assert caught.value.status == "DEADLINE_EXCEEDED" and caught.value.retryable
+    assert job["name"] not in submitted_names(api)  # not yet: the client gave up first
+    deadline = time.monotonic() + 10
+    while job["name"] not in submitted_names(api):
+        assert time.monotonic() < deadline, "the late submit never landed"
+        time.sleep(0.1)
+
+
 async def test_async_client_sees_resets_as_transport_errors(emu: Emulator, api: Api, workdir: Path) -> None:
     emu.faults.script(ScriptedFault("reset_before"), ScriptedFault("reset_after", path="job/submit$"))
     job = job_desc(workdir)
