@@ -207,14 +207,17 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         job = with_output_paths({"name": ti.task_id, **self.job}, self.output_settings, ti, self.log)
         # a script too large for the request is staged, and the wrapper that runs it submitted
         self.script = self.hook.fit_script(with_key(job, key), self.script, self.output_settings)
+        # the first try, or the first after a user's clear: the job runs afresh
+        new_round = not is_automatic_retry(ti, self.retries)
+        adopt_completed = self._may_adopt_completed_job(ti)
         submission = self.hook.submit_once(
             job,
             self.script,
             key,
-            known_job_id=record.read(),
-            adopt_completed=self._may_adopt_completed_job(ti),
+            known_job_id=record.read(afresh=new_round and not adopt_completed),
+            adopt_completed=adopt_completed,
             earlier_tries=ti.try_number > 1,  # every attempt has a try number of its own
-            replace_active=not is_automatic_retry(ti, self.retries),  # a user's clear runs the job afresh
+            replace_active=new_round,
             since=dag_run_start_bound(context),
         )
         self.job_id = submission.job_id

@@ -3,16 +3,19 @@
 A retry finds an earlier try's job by the key in its comment, but accounting keeps comments only
 with ``AccountingStoreFlags=job_comment``: without it, a job that finished and left the live queue
 (``MinJobAge``) could not be recognised, and a retry after a three-day run would run it again. So
-the job ID is recorded as soon as the job is submitted, before the try waits or defers:
+the job ID is recorded as soon as Slurm answers the submit, before the try waits or defers:
 
 - Airflow 3.3+: in the task state store (``context["task_state_store"]``), which Airflow keeps for
   the task run;
 - Airflow 2.11, 3.1, 3.2: in an Airflow Variable, ``slurm_job_id.<the key's hex digits>``, one per
-  running task run, deleted when the task run is over for good (``JobIdRecord.kept_until_over``).
-  A try killed on its last try, or a task a user marks failed or successful, leaves its Variable
-  behind: a few bytes, read by no one, overwritten if the task is cleared.
+  running task run, deleted when the task run is over for good (``JobIdRecord.kept_until_over``)
+  and before a user's clear runs the job afresh. A try killed on its last try, or a task a user
+  marks failed or successful, leaves its Variable behind: a few bytes, read only by a later clear,
+  which deletes it.
 
-A record that cannot be read or written is logged, never fails the task: the key is still looked for.
+The ID is only a lead: ``submit_once`` takes the job it names only if the cluster shows that job is
+the task run's. A record that cannot be read or written is logged, never fails the task: the key is
+still looked for.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from typing import Any, Protocol
 
 from airflow.providers.common.compat.sdk import TaskDeferred
 
+from airflow_provider_slurmapi.client.paths import validate_job_id
 from airflow_provider_slurmapi.client.submission import KEY_PREFIX
-from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +48,28 @@ class TaskTry(Protocol):
 
 
 def _variables() -> Any:
-    if AIRFLOW_V_3_0_PLUS:
+    """Airflow's Variable as a worker reaches it: the Task SDK's on Airflow 3 (through the task
+    runner's supervisor), the metadata database's on Airflow 2.11."""
+    try:
         from airflow.sdk import Variable
-    else:
+    except ImportError:  # Airflow 2
         from airflow.models import Variable
     return Variable
 
 
 def _text(value: object) -> str | None:
     return str(value) if value not in (None, "") else None
+
+
+def _job_id(value: str | None, where: str) -> str | None:
+    """The recorded value if it is a job ID; anything else (an edited Variable) is not a lead."""
+    if value is None:
+        return None
+    try:
+        return str(validate_job_id(value))
+    except ValueError:
+        log.warning("%s holds %r, not a Slurm job ID: ignored", where, value)
+        return None
 
 
 class JobIdRecord:
@@ -71,18 +87,28 @@ class JobIdRecord:
     def where(self) -> str:
         return "the task state store" if self._store is not None else f"Airflow Variable {self.variable!r}"
 
-    def read(self) -> str | None:
-        """The job ID an earlier try recorded, or None."""
+    def read(self, *, afresh: bool = False) -> str | None:
+        """The job ID an earlier try recorded, or None.
+
+        ``afresh``: this try runs the job afresh (a user cleared the task and no completed job may
+        be taken): a Variable left by an earlier round is deleted rather than read, so that it can
+        never stand for this round's job, even if this try fails before recording its own. (The
+        task state store is read as ever: the job this try submits replaces its value.)
+        """
         if self._store is not None:
-            return _text(self._store.get(STATE_STORE_KEY))
-        self._known = True
-        if self.ti.try_number > 1:  # a first try has nothing to read: spare the secrets backends a lookup
-            try:
-                self._recorded = _text(_variables().get(self.variable, None))
-            except Exception as error:
-                self._known = False
-                log.warning("Cannot read %s (the earlier job is looked for by its key only): %s", self.where, error)
-        return self._recorded
+            return _job_id(_text(self._store.get(STATE_STORE_KEY)), self.where)
+        if self.ti.try_number <= 1:  # nothing recorded yet: spare the secrets backends a lookup
+            self._known = True
+            return None
+        if afresh:
+            self.forget()
+            return None
+        try:
+            self._recorded, self._known = _text(_variables().get(self.variable, None)), True
+        except Exception as error:
+            log.warning("Cannot read %s (the earlier job is looked for by its key only): %s", self.where, error)
+            return None
+        return _job_id(self._recorded, self.where)
 
     def write(self, job_id: str) -> None:
         """Record ``job_id`` for the next tries (nothing to do when it is the one already recorded)."""

@@ -3,60 +3,63 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import pytest
 from airflow.providers.common.compat.sdk import TaskDeferred
 
 from airflow_provider_slurmapi.operators import job_record
 from airflow_provider_slurmapi.operators.job_record import JobIdRecord
-from tests.integration.airflow_runtime import RecordingTaskInstance
+from tests.unit.task_fakes import FakeStore, FakeTI, FakeVariables
 
 KEY = "airflow-key=0123456789abcdef01234567"
 NAME = "slurm_job_id.0123456789abcdef01234567"
+WORKERS_VARIABLES = job_record._variables  # before the unit tests' fixture replaces it with a dict
 
 
-class Variables:
-    """Airflow's Variable, as a dict; ``broken`` makes every call fail as an unreachable database."""
-
-    def __init__(self, broken: bool = False, **values: str) -> None:
-        self.values, self.broken, self.descriptions = dict(values), broken, {}
-
-    def _check(self) -> None:
-        if self.broken:
-            raise ConnectionError("metadata database unreachable")
-
-    def get(self, key: str, default: Any) -> Any:
-        self._check()
-        return self.values.get(key, default)
-
-    def set(self, key: str, value: str, description: str) -> None:
-        self._check()
-        self.values[key], self.descriptions[key] = value, description
-
-    def delete(self, key: str) -> None:
-        self._check()
-        self.values.pop(key, None)
+def record(try_number: int = 1) -> JobIdRecord:
+    return JobIdRecord({"ti": FakeTI(try_number=try_number, max_tries=2)}, KEY)
 
 
-def record(monkeypatch: pytest.MonkeyPatch, variables: Variables, try_number: int = 1) -> JobIdRecord:
-    monkeypatch.setattr(job_record, "_variables", lambda: variables)
-    return JobIdRecord({"ti": RecordingTaskInstance(try_number=try_number, retries=2)}, KEY)
-
-
-def test_the_job_id_is_kept_in_a_variable_named_from_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    variables = Variables()
-    first = record(monkeypatch, variables)
+def test_the_job_id_is_kept_in_a_variable_named_from_the_key(variables: FakeVariables) -> None:
+    first = record()
     assert first.read() is None
     first.write("42")
-    assert variables.values == {NAME: "42"} and "operator_tests.t" in variables.descriptions[NAME]
-    assert record(monkeypatch, variables, try_number=2).read() == "42"
+    assert variables.values == {NAME: "42"} and "dag.task in run1" in str(variables.descriptions[NAME])
+    assert record(try_number=2).read() == "42"
+
+
+def test_a_first_try_reads_nothing_and_a_try_that_runs_the_job_afresh_deletes_the_earlier_rounds_record(
+    variables: FakeVariables,
+) -> None:
+    variables.broken = True
+    assert record(try_number=1).read() is None  # not even asked
+    variables.broken = False
+    variables.values[NAME] = "42"
+    assert record(try_number=3).read(afresh=True) is None
+    assert variables.values == {}  # a failed submit of this round cannot leave the old job as its record
+
+
+def test_a_recorded_value_that_is_no_job_id_is_not_a_lead(
+    variables: FakeVariables, caplog: pytest.LogCaptureFixture
+) -> None:
+    variables.values[NAME] = "42; rm -rf"
+    assert record(try_number=2).read() is None
+    assert "not a Slurm job ID" in caplog.text
+
+
+def test_the_variables_are_those_a_worker_of_this_airflow_reaches() -> None:
+    try:
+        from airflow.sdk import Variable  # Airflow 3: through the task runner's supervisor
+    except ImportError:
+        from airflow.models import Variable  # type: ignore[no-redef]  # Airflow 2.11: the metadata database
+    assert WORKERS_VARIABLES() is Variable
 
 
 def test_a_failed_variable_write_or_read_is_logged_not_raised(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    variables: FakeVariables, caplog: pytest.LogCaptureFixture
 ) -> None:
-    broken = record(monkeypatch, Variables(broken=True), try_number=2)
+    variables.broken = True
+    broken = record(try_number=2)
     assert broken.read() is None
     broken.write("42")
     broken.forget()
@@ -75,40 +78,27 @@ def test_a_failed_variable_write_or_read_is_logged_not_raised(
     ],
 )
 def test_the_record_is_deleted_when_the_task_run_is_over(
-    monkeypatch: pytest.MonkeyPatch, try_number: int, ending: BaseException | None, kept: bool
+    variables: FakeVariables, try_number: int, ending: BaseException | None, kept: bool
 ) -> None:
-    variables = Variables()
     with pytest.raises(type(ending)) if ending else contextlib.nullcontext():
-        with record(monkeypatch, variables, try_number).kept_until_over(retries=2) as kept_record:
+        with record(try_number).kept_until_over(retries=2) as kept_record:
             kept_record.write("42")
             if ending:
                 raise ending
     assert (NAME in variables.values) is kept
 
 
-def test_a_resumed_try_deletes_the_record_it_did_not_write(monkeypatch: pytest.MonkeyPatch) -> None:
-    variables = Variables(**{NAME: "42"})
-    with record(monkeypatch, variables, try_number=2).kept_until_over(retries=2):
+def test_a_resumed_try_deletes_the_record_it_did_not_write(variables: FakeVariables) -> None:
+    variables.values[NAME] = "42"
+    with record(try_number=2).kept_until_over(retries=2):
         pass  # execute_complete, in a new worker after the deferral
     assert variables.values == {}
 
 
-def test_the_task_state_store_is_used_where_airflow_has_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    variables, store = Variables(), {}
-    monkeypatch.setattr(job_record, "_variables", lambda: variables)
-    kept = JobIdRecord({"ti": RecordingTaskInstance(try_number=2), "task_state_store": _Store(store)}, KEY)
+def test_the_task_state_store_is_used_where_airflow_has_one(variables: FakeVariables) -> None:
+    store = FakeStore()
+    kept = JobIdRecord({"ti": FakeTI(try_number=2, max_tries=2), "task_state_store": store}, KEY)
     kept.write("42")
     with kept.kept_until_over(retries=2):
-        assert kept.read() == "42"
-    assert store == {"slurm_job_id": "42"} and variables.values == {}
-
-
-class _Store:
-    def __init__(self, values: dict[str, Any]) -> None:
-        self.values = values
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
-
-    def set(self, key: str, value: Any) -> None:
-        self.values[key] = value
+        assert kept.read() == "42" == kept.read(afresh=True)  # Airflow keeps it; the next submit replaces it
+    assert store.values == {"slurm_job_id": "42"} and store.deletes == [] and variables.values == {}
