@@ -105,6 +105,7 @@ class JobStatus:
     source: RecordSource = RecordSource.LIVE
     restarts: int = 0  # Slurm's restart_cnt: how often the job was requeued (the bulk state list has none)
     held: bool = False  # pending until someone releases it
+    submit_time: int | None = None  # epoch seconds (the bulk state list has none)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -116,6 +117,7 @@ class JobStatus:
             states=state_list(job.get("job_state")),
             reason=job.get("state_reason"),
             comment=job.get("comment"),
+            submit_time=number(job.get("submit_time")),
             source=RecordSource.LIVE,
             extra={"state_description": job.get("state_description") or ""},
         )
@@ -124,13 +126,14 @@ class JobStatus:
     def from_slurmdb(cls, job: dict[str, Any]) -> JobStatus:
         """A job object of ``GET /slurmdb/vX/job/{id}``: state under ``state.current``."""
         state = job.get("state") or {}
-        comment = job.get("comment")
+        comment, times = job.get("comment"), job.get("time")
         return cls._from_reply(
             job,
             job_id=accounting_record_id(job),
             states=state_list(state.get("current") if isinstance(state, dict) else state),
             reason=state.get("reason") if isinstance(state, dict) else None,
             comment=comment.get("job") if isinstance(comment, dict) else comment,
+            submit_time=number(times.get("submission")) if isinstance(times, dict) else None,
             source=RecordSource.ACCOUNTING,
         )
 

@@ -141,8 +141,8 @@ def find_job_by_key(
         keyed = [job for job in listed if carries_key(job, key)]
         if listed and not any(job.comment for job in listed):
             log.warning(
-                "Accounting keeps no job comments (slurm.conf needs AccountingStoreFlags=job_comment): "
-                "an earlier try's job that left the live queue cannot be recognised there"
+                "Accounting keeps no job comments (slurm.conf has no AccountingStoreFlags=job_comment): "
+                "an earlier try's job that left the live queue is recognised only by the job ID its try recorded"
             )
     if not keyed:
         return None
@@ -168,17 +168,19 @@ def submit_once(
     task to run it again), cancelled and submitted anew; one that completed successfully is
     adopted when ``adopt_completed``; one that failed or was cancelled (even while Slurm still
     cleans it up, COMPLETING) is submitted anew. ``known_job_id`` (an ID recorded by an earlier
-    attempt) saves the search; ``earlier_tries=False`` (a first try) skips it. Accounting, which
-    holds only finished jobs that left the live queue, is asked only when such a job could be
-    adopted, for jobs that had not ended by ``since`` (the earliest an earlier try could have
-    submitted, see ``find_job_by_key``).
+    attempt) names a job taken only if the cluster shows it is the key's (``why_not_the_keys_job``),
+    and saves the search while that job is active; ``earlier_tries=False`` (a first try) skips the
+    search. Accounting, which holds only finished jobs that left the live queue, is asked only when
+    such a job could be adopted, for jobs that had not ended by ``since`` (the earliest an earlier
+    try could have submitted, see ``find_job_by_key``).
     """
     body = submission_body(with_key(job, key), script, api.paths.api_version)  # bad input fails first
     previous = None
     if known_job_id:
-        try:
-            previous = yield from get_job(api, known_job_id)
-        except JobNotFoundError:
+        previous = yield from find_job(api, known_job_id)
+        mismatch = why_not_the_keys_job(previous, key, body["job"].get("name"), since) if previous else None
+        if mismatch:
+            log.warning("The recorded Slurm job %s is not this task run's (%s): not taken", known_job_id, mismatch)
             previous = None
     if (earlier_tries or known_job_id) and (previous is None or not previous.is_active):
         # a newer job of this key may exist if the recorded ID was not the last one
@@ -195,6 +197,21 @@ def submit_once(
         log.info("An earlier attempt's job will not be reused: %s", previous.describe())
     job_id = yield from _send_submission(api, body, key, since)
     return Submission(job_id, Outcome.SUBMITTED)
+
+
+def why_not_the_keys_job(job: JobStatus, key: str, name: str | None, since: float | None) -> str | None:
+    """Why a job recorded by its ID cannot be ``key``'s job, or None when it can: an ID alone proves
+    nothing (a rebuilt cluster numbers its jobs anew). Its comment must carry the key; where
+    accounting keeps no comments (no ``AccountingStoreFlags=job_comment``), its name must be the
+    job's and it must have been submitted after ``since``, less ``CLOCK_SKEW_SECONDS``, as the key
+    search reads accounting."""
+    if job.comment or job.source is RecordSource.LIVE:  # the live queue always shows the comment
+        return None if carries_key(job, key) else "its comment has no key of this task run"
+    if name and job.name != name:
+        return f"it is named {job.name!r}, not {name!r}"
+    if since is not None and job.submit_time is not None and job.submit_time < since - CLOCK_SKEW_SECONDS:
+        return "it was submitted before this DAG run could start"
+    return None
 
 
 def get_job(api: ApiSettings, job_id: object) -> Operation[JobStatus]:

@@ -285,8 +285,10 @@ class BuiltinBackend(SlurmBackend):
         sched_delay: float = 0.0,
         virtual_jobs: bool = False,
         requeue_delay: float = REQUEUE_DELAY,
+        job_comments: bool = True,
     ) -> None:
         self.cluster = cluster
+        self.job_comments = job_comments
         self.scheduler = Scheduler(
             ProcessRunner(cluster, state_dir, virtual=virtual_jobs),
             min_job_age=min_job_age,
@@ -498,8 +500,14 @@ class BuiltinBackend(SlurmBackend):
         warnings = []
         if not jobs:
             warnings.append(replies.warning(f"slurmdb_jobs_get(0x{id(self):x}) found nothing", "_dump_jobs"))
-        fields = {"jobs": [replies.slurmdb_job(j, self.cluster, now) for j in jobs]}
+        fields = {"jobs": [self._accounting_record(j, now) for j in jobs]}
         return 200, replies.envelope("slurmdbd", version, self.cluster, fields, warnings=warnings)
+
+    def _accounting_record(self, job: Job, now: int) -> dict[str, Any]:
+        record = replies.slurmdb_job(job, self.cluster, now)
+        if not self.job_comments:  # slurmdbd without AccountingStoreFlags=job_comment: the field is empty
+            record["comment"]["job"] = ""
+        return record
 
     def _slurmdb_jobs(self, version: str, request: SlurmRequest) -> SlurmAnswer:
         """Accounting's records, like sacct: all jobs, or those the query selects (see ``_JobsQuery``).
@@ -533,7 +541,7 @@ class BuiltinBackend(SlurmBackend):
         if query.steps:
             picked = {id(job) for ref in query.steps for job in self._accounted(*ref)}
             jobs = [j for j in jobs if id(j) in picked]
-        records = [(run, replies.slurmdb_job(run, self.cluster, now)) for job in jobs for run in (*job.runs, job)]
+        records = [(run, self._accounting_record(run, now)) for job in jobs for run in (*job.runs, job)]
         selected = [record for run, record in records if query.selects(run, record)]
         for record in selected:
             query.trim(record)

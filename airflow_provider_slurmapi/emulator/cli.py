@@ -111,6 +111,12 @@ def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds a requeued job pends (reason BeginTime) before it runs again (real Slurm: ~121 s)",
     )
     p.add_argument(
+        "--no-job-comments",
+        action="store_true",
+        default=_env_flag("NO_JOB_COMMENTS"),
+        help="accounting keeps no job comments, as Slurm without AccountingStoreFlags=job_comment",
+    )
+    p.add_argument(
         "--virtual-jobs",
         action="store_true",
         default=_env_flag("VIRTUAL_JOBS"),
@@ -237,6 +243,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> EmulatorConfig:
             denied_principals=tuple(args.deny_principal or _env_list("DENY_PRINCIPAL") or ()),
             query_strings=not args.no_query_strings,
             virtual_jobs=args.virtual_jobs,
+            job_comments=not args.no_job_comments,
             key_file=os.path.abspath(args.key_file),
             state_dir=args.state_dir,
             kill_wait=args.kill_wait,

@@ -51,6 +51,9 @@ class EmulatorConfig:
     # a requeued job pends this long (reason BeginTime) before it runs again: real Slurm ~121 s
     requeue_delay: float = REQUEUE_DELAY
     virtual_jobs: bool = False  # run no processes: a job lasts $EMULATOR_RUNTIME s (for scale tests)
+    # False: accounting keeps no job comments, as slurmdbd without AccountingStoreFlags=job_comment
+    # (the live queue still shows them)
+    job_comments: bool = True
     backend: str = "builtin"  # or "slurmrestd": forward every call to a real slurmrestd
     slurmrestd_url: str | None = None  # e.g. http://slurm-head:6820 (slurmrestd backend only)
     slurm_user: str | None = None  # X-SLURM-USER-NAME (slurmrestd backend only)
@@ -119,6 +122,7 @@ def _make_slurm(config: EmulatorConfig, key: ClusterKey, state_dir: Path) -> Slu
         sched_delay=config.sched_delay,
         virtual_jobs=config.virtual_jobs,
         requeue_delay=config.requeue_delay,
+        job_comments=config.job_comments,
     )
 
 

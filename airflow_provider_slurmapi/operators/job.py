@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowException, conf
 
@@ -16,6 +16,8 @@ from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.client.output import OutputSettings, expand_pattern
 from airflow_provider_slurmapi.client.submission import Outcome, Submission, submission_key, with_key
 from airflow_provider_slurmapi.operators.base import CONNECTION_TEMPLATE_FIELDS, SlurmBaseOperator
+from airflow_provider_slurmapi.operators.job_record import STATE_STORE_KEY as STATE_STORE_KEY
+from airflow_provider_slurmapi.operators.job_record import JobIdRecord, TaskTry
 from airflow_provider_slurmapi.operators.waiting import SlurmWaitingOperator, check_seconds
 from airflow_provider_slurmapi.triggers.events import status_from_event
 from airflow_provider_slurmapi.version_compat import mask_secret
@@ -25,9 +27,6 @@ if TYPE_CHECKING:
 
     from airflow_provider_slurmapi.client.waiting import Log
 
-# Where Airflow 3.3+'s task state store keeps the job ID for the next try (XCom is cleared).
-STATE_STORE_KEY = "slurm_job_id"
-
 
 class ReuseCompletedJob(StrEnum):
     """When a finished, successful job of an earlier try may stand for this try's job."""
@@ -35,16 +34,6 @@ class ReuseCompletedJob(StrEnum):
     ON_RETRY = "on_retry"  # when the try is an automatic retry, not a user's clear
     ALWAYS = "always"
     NEVER = "never"
-
-
-class TaskTry(Protocol):
-    """What these helpers read of a task instance (Airflow 2's and the Task SDK's alike)."""
-
-    dag_id: str
-    task_id: str
-    run_id: str
-    try_number: int
-    max_tries: int
 
 
 def is_automatic_retry(ti: TaskTry, retries: int | None) -> bool:
@@ -69,10 +58,6 @@ def dag_run_start_bound(context: Context) -> float | None:
         if when is not None:
             return float(when.timestamp())
     return None
-
-
-def _text(value: object) -> str | None:
-    return str(value) if value not in (None, "") else None
 
 
 def mask_environment(job: dict[str, Any]) -> None:
@@ -187,7 +172,11 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         mask_environment(self.job)  # before Airflow stores or logs the rendered fields
 
     def execute(self, context: Context) -> str:
-        submission = self._submit_once(context)
+        with self._job_record(context).kept_until_over(self.retries) as record:
+            return self._submit_and_wait(context, record)
+
+    def _submit_and_wait(self, context: Context, record: JobIdRecord) -> str:
+        submission = self._submit_once(context, record)
         if submission.status is not None and submission.outcome == Outcome.ADOPTED:
             return self._finish(context, submission.status)
         if not self.wait_for_completion:
@@ -209,28 +198,35 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
             raise AirflowException(str(error)) from error
         return self._finish(context, status)
 
-    def _submit_once(self, context: Context) -> Submission:
-        """Submit this task run's job, or reattach to (or adopt) an earlier try's; record its ID."""
+    @staticmethod
+    def _job_record(context: Context) -> JobIdRecord:
+        ti = context["ti"]
+        return JobIdRecord(context, submission_key(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1)))
+
+    def _submit_once(self, context: Context, record: JobIdRecord) -> Submission:
+        """Submit this task run's job, or reattach to (or adopt) an earlier try's; record its ID
+        (before the try waits or defers: a retry finds it there whatever accounting keeps)."""
         ti = context["ti"]
         mask_environment(self.job)
-        key = submission_key(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
-        store = context.get("task_state_store")  # Airflow 3.3+
+        key = record.key
         job = with_output_paths({"name": ti.task_id, **self.job}, self.output_settings, ti, self.log)
         # a script too large for the request is staged, and the wrapper that runs it submitted
         self.script = self.hook.fit_script(with_key(job, key), self.script, self.output_settings)
+        # the first try, or the first after a user's clear: the job runs afresh
+        new_round = not is_automatic_retry(ti, self.retries)
+        adopt_completed = self._may_adopt_completed_job(ti)
         submission = self.hook.submit_once(
             job,
             self.script,
             key,
-            known_job_id=_text(store.get(STATE_STORE_KEY)) if store is not None else None,
-            adopt_completed=self._may_adopt_completed_job(ti),
+            known_job_id=record.read(afresh=new_round and not adopt_completed),
+            adopt_completed=adopt_completed,
             earlier_tries=ti.try_number > 1,  # every attempt has a try number of its own
-            replace_active=not is_automatic_retry(ti, self.retries),  # a user's clear runs the job afresh
+            replace_active=new_round,
             since=dag_run_start_bound(context),
         )
         self.job_id = submission.job_id
-        if store is not None:
-            store.set(STATE_STORE_KEY, self.job_id)
+        record.write(self.job_id)
         cluster = self.hook.cluster.cluster_id
         self.log.info("Slurm job %s on cluster %s: %s (%s)", self.job_id, cluster, submission.outcome, key)
         ti.xcom_push(key="job_id", value=self.job_id)
@@ -251,7 +247,8 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
     ) -> str:
         if self.resumed_by_an_earlier_try(context, deferred_in_try):
             return self.execute(context)
-        return self._finish(context, status_from_event(event))
+        with self._job_record(context).kept_until_over(self.retries):
+            return self._finish(context, status_from_event(event))
 
     def _finish(self, context: Context, status: JobStatus) -> str:
         ti = context["ti"]

@@ -46,6 +46,31 @@ class FakeStore:
         self.values.pop(key, None)
 
 
+class FakeVariables:
+    """Airflow's Variable as a dict; ``broken`` makes every call fail as an unreachable database."""
+
+    def __init__(self, **values: str) -> None:
+        self.values: dict[str, str] = dict(values)
+        self.descriptions: dict[str, str | None] = {}
+        self.broken = False
+
+    def _check(self) -> None:
+        if self.broken:
+            raise ConnectionError("metadata database unreachable")
+
+    def get(self, key: str, default: Any) -> Any:
+        self._check()
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: str, description: str | None = None) -> None:
+        self._check()
+        self.values[key], self.descriptions[key] = value, description
+
+    def delete(self, key: str) -> None:
+        self._check()
+        self.values.pop(key, None)
+
+
 def ctx(ti: FakeTI | None = None, store: FakeStore | None = None) -> dict[str, Any]:
     context: dict[str, Any] = {"ti": ti or FakeTI()}
     if store is not None:

@@ -37,7 +37,7 @@ from airflow_provider_slurmapi.operators.waiting import (
     task_deadline,
 )
 from airflow_provider_slurmapi.sensors.job import SlurmJobSensor
-from tests.unit.task_fakes import FakeStore, FakeTI, ctx, status
+from tests.unit.task_fakes import FakeStore, FakeTI, FakeVariables, ctx, status
 
 SCRIPT = "#!/bin/bash\necho hi\n"
 
@@ -531,6 +531,52 @@ def test_execute_passes_the_stored_job_id(stored: Any, known: str | None) -> Non
     kwargs = hook.named("submit_once")[0][1]
     assert kwargs["known_job_id"] == known
     assert kwargs["earlier_tries"] is True
+
+
+RECORD = "slurm_job_id." + submission_key("dag", "task", "run1", -1).removeprefix("airflow-key=")
+
+
+class RecordSeenWhileWaiting(FakeHook):
+    def __init__(self, variables: FakeVariables) -> None:
+        super().__init__()
+        self.variables, self.recorded_while_waiting = variables, dict(variables.values)
+
+    def wait_for_job(self, *args: Any, **kwargs: Any) -> JobStatus:
+        self.recorded_while_waiting = dict(self.variables.values)
+        raise AirflowException("the job failed")
+
+
+def test_without_a_state_store_the_job_id_is_in_a_variable_before_the_try_waits(variables: FakeVariables) -> None:
+    hook = RecordSeenWhileWaiting(variables)
+    with pytest.raises(AirflowException):
+        submit_op(hook, retries=1).execute(ctx(FakeTI(try_number=1, max_tries=1)))
+    assert hook.recorded_while_waiting == {RECORD: "42"} == variables.values  # kept for the retry
+
+
+class RefusingHook(FakeHook):
+    def submit_once(self, *args: Any, **kwargs: Any) -> Submission:
+        self._record("submit_once", *args, **kwargs)
+        raise AirflowException("Slurm refused the submit")
+
+
+@pytest.mark.parametrize(
+    ("reuse", "try_number", "max_tries", "known", "left"),
+    [
+        ("on_retry", 2, 2, "17", "17"),  # an automatic retry reads it
+        ("on_retry", 4, 5, None, None),  # a user's clear runs the job afresh: the record goes first
+        ("always", 4, 5, "17", "17"),  # ... unless a completed job of the earlier round may be taken
+        ("never", 2, 2, "17", "17"),  # a retry still reattaches a running job
+    ],
+)
+def test_an_earlier_rounds_record_is_deleted_before_a_clear_runs_the_job_afresh(
+    variables: FakeVariables, reuse: str, try_number: int, max_tries: int, known: str | None, left: str | None
+) -> None:
+    variables.values[RECORD] = "17"
+    hook = RefusingHook()
+    with pytest.raises(AirflowException):  # the submit fails: what this try leaves for the next
+        submit_op(hook, reuse_completed_job=reuse, retries=2).execute(ctx(FakeTI(try_number, max_tries)))
+    assert hook.named("submit_once")[0][1]["known_job_id"] == known
+    assert variables.values.get(RECORD) == left
 
 
 @pytest.mark.parametrize(

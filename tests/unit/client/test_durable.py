@@ -11,10 +11,11 @@ import pytest
 from airflow_provider_slurmapi.client import operations
 from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply
 from airflow_provider_slurmapi.client.errors import InvalidArgumentError, TransportError, UnavailableError
+from airflow_provider_slurmapi.client.jobs import JobStatus, RecordSource
 from airflow_provider_slurmapi.client.paths import SlurmPaths, base_job_id
 from airflow_provider_slurmapi.client.retry import SUBMIT_SETTLE_SECONDS, RetryPolicy
 from airflow_provider_slurmapi.client.steps import ApiSettings, Pause
-from airflow_provider_slurmapi.client.submission import submission_key, with_key
+from airflow_provider_slurmapi.client.submission import Outcome, submission_key, with_key
 from airflow_provider_slurmapi.operators.job import is_automatic_retry
 from airflow_provider_slurmapi.operators.waiting import task_deadline
 from tests.jobs import JOB
@@ -207,3 +208,77 @@ def test_without_a_start_accounting_is_searched_over_the_last_30_days() -> None:
 def test_submit_once_passes_the_start_to_the_accounting_search() -> None:
     op = operations.submit_once(API, JOB, SCRIPT, KEY, adopt_completed=True, since=1_800_000_000)
     assert _accounting_query(op)["start_time"] == ["1799996400"]
+
+
+SINCE = 1_800_000_000  # when the DAG run could start
+
+
+def test_the_submit_time_is_read_from_either_record() -> None:
+    live = {"job_id": 7, "job_state": ["RUNNING"], "submit_time": {"set": True, "infinite": False, "number": 5}}
+    assert JobStatus.from_slurm(live).submit_time == 5
+    assert JobStatus.from_slurmdb({"job_id": 7, "time": {"submission": 6}}).submit_time == 6
+    assert JobStatus.from_slurmdb({"job_id": 7, "time": None}).submit_time is None
+
+
+def accounted(name: str = JOB["name"], submitted: int = SINCE + 60, comment: str = "") -> JobStatus:
+    return JobStatus(
+        "7", "COMPLETED", name=name, comment=comment, submit_time=submitted, source=RecordSource.ACCOUNTING
+    )
+
+
+@pytest.mark.parametrize(
+    ("job", "taken"),
+    [
+        (JobStatus("7", "RUNNING", comment=f"nightly {KEY}", name="other"), True),  # the key says it all
+        (JobStatus("7", "RUNNING", comment="nightly"), False),
+        (JobStatus("7", "RUNNING", comment="", name=JOB["name"]), False),  # the live queue shows every comment
+        (accounted(comment="nightly"), False),
+        # accounting without AccountingStoreFlags=job_comment: the name and the submit time
+        (accounted(), True),
+        (accounted(name="other"), False),
+        (accounted(submitted=SINCE - 7200), False),
+        (accounted(submitted=SINCE - 60), True),  # within the margin for clocks that differ
+    ],
+)
+def test_a_recorded_job_is_taken_only_if_the_cluster_shows_it_is_the_task_runs(job: JobStatus, taken: bool) -> None:
+    assert (operations.why_not_the_keys_job(job, KEY, JOB["name"], SINCE) is None) is taken
+
+
+def _run(op: Any, replies: dict[str, SlurmReply]) -> tuple[list[str], Any]:
+    """Drive ``op``, answering each call by its path's start; the calls made and the result."""
+    calls: list[str] = []
+    step = next(op)
+    try:
+        while True:
+            calls.append(f"{step.method} {step.path}")
+            answer = next(r for prefix, r in replies.items() if f"{step.method} {step.path}".startswith(prefix))
+            step = op.send(answer)
+    except StopIteration as done:
+        return calls, done.value
+
+
+def test_a_recorded_job_of_another_task_run_is_not_reattached() -> None:
+    op = operations.submit_once(API, JOB, SCRIPT, KEY, known_job_id="7", since=SINCE)
+    replies = {
+        f"GET {PATHS.job('7')}": reply({"jobs": [{"job_id": 7, "job_state": ["RUNNING"], "comment": "someone's"}]}),
+        f"GET {PATHS.jobs()}": reply({"jobs": []}),
+        "POST": reply({"job_id": 8}),
+    }
+    calls, submission = _run(op, replies)
+    assert (submission.job_id, submission.outcome) == ("8", Outcome.SUBMITTED)
+    assert calls == [f"GET {PATHS.job('7')}", f"GET {PATHS.jobs()}", f"POST {PATHS.submit()}"]
+
+
+def test_a_recorded_job_that_accounting_keeps_without_its_comment_is_adopted() -> None:
+    record = {"job_id": 7, "name": JOB["name"], "state": {"current": ["COMPLETED"]}, "time": {"submission": SINCE}}
+    record |= {"comment": {"job": ""}, "exit_code": {"status": ["SUCCESS"], "return_code": {"set": True, "number": 0}}}
+    op = operations.submit_once(API, JOB, SCRIPT, KEY, known_job_id="7", adopt_completed=True, since=SINCE)
+    replies = {
+        f"GET {PATHS.job('7')}": SlurmReply(404, {"jobs": []}),  # it left the live queue
+        f"GET {PATHS.accounting_job('7')}": reply({"jobs": [record]}),
+        f"GET {PATHS.jobs()}": reply({"jobs": []}),
+        "GET /slurmdb": reply({"jobs": [record]}),  # the key search: no comment carries the key
+    }
+    calls, submission = _run(op, replies)
+    assert (submission.job_id, submission.outcome) == ("7", Outcome.ADOPTED)
+    assert not any(call.startswith("POST") for call in calls)

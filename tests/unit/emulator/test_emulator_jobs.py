@@ -7,6 +7,9 @@ from pathlib import Path
 
 from emulator_testkit import Api
 
+from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
+from airflow_provider_slurmapi.emulator.cli import config_from_args
+
 SUBMIT = "/slurm/v0.0.42/job/submit"
 
 
@@ -31,6 +34,21 @@ def test_submit_runs_and_completes_with_env_and_cwd(api: Api, workdir: Path) -> 
     assert db["state"]["current"] == ["COMPLETED"]
     assert db["comment"]["job"] == "my comment"
     assert db["working_directory"] == str(workdir)
+
+
+def test_accounting_without_job_comments_keeps_the_comment_field_empty(tmp_path: Path) -> None:
+    """slurmdbd without AccountingStoreFlags=job_comment: ``comment.job`` is "" in accounting only."""
+    assert config_from_args(["--no-job-comments"]).job_comments is False
+    assert config_from_args([]).job_comments is True
+    with Emulator(EmulatorConfig(job_comments=False, sched_delay=0, state_dir=tmp_path / "jobs")) as emu:
+        api = Api(emu)
+        job_id = api.submit(
+            "#!/bin/bash\ntrue\n", name="quiet", comment="airflow-key=1", current_working_directory="/tmp"
+        )
+        assert api.wait(job_id)["comment"] == "airflow-key=1"  # slurmctld keeps it while the job is queued
+        assert api.db_job(job_id)["comment"] == {"administrator": "", "job": "", "system": ""}
+        _, listed = api.call("GET", "/slurmdb/v0.0.42/jobs/?job_name=quiet")
+        assert [job["comment"]["job"] for job in listed["jobs"]] == [""]
 
 
 def test_exit_3_fails_with_return_code(api: Api, workdir: Path) -> None:
