@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_slurmapi.emulator import FAULT_KINDS, Emulator, EmulatorConfig, FaultPlan
+from airflow_provider_slurmapi.emulator import FAULT_KINDS, Emulator, EmulatorConfig, FaultPlan, ScriptedFault
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 from tests.chaos.harness import Chaos, Harness, format_table, verify
 from tests.conftest import connection_json
@@ -22,6 +22,12 @@ from tests.conftest import connection_json
 pytestmark = pytest.mark.chaos
 
 FAULT_RATE = 0.1  # of all API calls
+# Submits are few among the calls, so the faults that threaten "submitted once" most are also
+# scripted on the first submits of every run, whatever the random plan picks after them.
+SUBMIT_SCRIPT = (
+    ScriptedFault("late_landing", "POST", r"job/submit$", times=4),
+    ScriptedFault("slurmctld_unreachable", "POST", r"job/submit$", times=2),
+)
 
 
 def secrets_in(emu: Emulator, job_secret: str) -> dict[str, str]:
@@ -58,6 +64,7 @@ def test_chaos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     previous_level, root.level = root.level, logging.DEBUG
     try:
         with Emulator(config) as emu:
+            emu.faults.script(*SUBMIT_SCRIPT)
             monkeypatch.setenv("AIRFLOW_CONN_SLURM_JOB_API_DEFAULT", connection_json(emu))
             chaos = Chaos(seed=seed)
             runs = Harness(chaos, tmp_path, job_secret).run_all(count, concurrency=8)
@@ -83,5 +90,7 @@ def test_chaos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert (verdict.duplicates, verdict.lost, verdict.disagreements) == (0, 0, 0)
     assert {record.kind for record in fault_log} == set(FAULT_KINDS)  # every kind of fault was met
     assert sum(verdict.submit_faults.values()) > 0 and sum(run.kills for run in runs) > 0  # the run was really rough
+    for scripted in SUBMIT_SCRIPT:  # the late submits and slurmctld's outages did meet submits
+        assert verdict.submit_faults[scripted.kind] >= scripted.times, (scripted, verdict.submit_faults)
     assert not leaked, leaked
     assert scanned > 10 * count  # the logs were really written and read
