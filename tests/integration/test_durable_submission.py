@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -126,8 +127,19 @@ def test_a_retry_reattaches_to_the_job_still_running(slurm_connection: str, emul
     assert jobs_of(emulator, run) == [first]
 
 
-# a job that takes 2 s to stop once cancelled: Slurm shows it CANCELLED+COMPLETING meanwhile
-SLOW_TO_STOP = "trap 'sleep 2; exit 143' TERM\nsleep 60 &\nwait"
+def slow_to_stop(ready: Path) -> str:
+    """A job that takes 2 s to stop once cancelled (Slurm shows it CANCELLED+COMPLETING meanwhile).
+
+    It touches ``ready`` once its trap is set: a cancel before that would kill it at once.
+    """
+    return f"trap 'sleep 2; exit 143' TERM\ntouch {ready}\nsleep 60 &\nwait"
+
+
+def wait_for_file(path: Path) -> None:
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.1)
 
 
 def state_of(job_id: str) -> str:
@@ -135,11 +147,12 @@ def state_of(job_id: str) -> str:
 
 
 def test_a_cleared_task_cancels_the_job_still_running_and_submits_afresh(
-    slurm_connection: str, emulator: Emulator
+    slurm_connection: str, emulator: Emulator, tmp_path: Path
 ) -> None:
     run = TaskRun()
-    first = operator(SLOW_TO_STOP, wait_for_completion=False).execute(run.context())
-    wait_running(first)
+    ready = tmp_path / "trap-set"
+    first = operator(slow_to_stop(ready), wait_for_completion=False).execute(run.context())
+    wait_for_file(ready)
     run.user_clear()  # the killed try's cancel has not reached Slurm yet: the new try cancels it
     ctx = run.context()
     second = operator("exit 0").execute(ctx)
@@ -150,12 +163,13 @@ def test_a_cleared_task_cancels_the_job_still_running_and_submits_afresh(
 
 
 def test_a_cleared_task_whose_killed_try_cancelled_its_job_submits_afresh(
-    slurm_connection: str, emulator: Emulator
+    slurm_connection: str, emulator: Emulator, tmp_path: Path
 ) -> None:
     run = TaskRun()
-    killed = operator(SLOW_TO_STOP, wait_for_completion=False)
+    ready = tmp_path / "trap-set"
+    killed = operator(slow_to_stop(ready), wait_for_completion=False)
     first = killed.execute(run.context())
-    wait_running(first)
+    wait_for_file(ready)
     killed.on_kill()  # what clearing a running task does to its try
     assert "COMPLETING" in SlurmJobApiHook().get_job(first).flags  # not over yet when the new try starts
     run.user_clear()
