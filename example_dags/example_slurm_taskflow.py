@@ -1,6 +1,6 @@
 """A small training sweep written with TaskFlow decorators, each task a Slurm job on the cluster.
 
-- ``prepare`` (``@task.slurm``) returns a batch script, rendered with Jinja like the operator's;
+- ``prepare`` (``@task.slurm``) returns a batch script (sent as it is: not a Jinja template);
 - ``train`` (``@task.slurm_python``) runs on the cluster under ``python3``, once per learning rate
   (``.expand``), and its return value comes back as the task's XCom;
 - ``pick_best`` is a plain ``@task`` in Airflow that reads those values.
@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import shlex
 from datetime import datetime
 
 try:
@@ -33,8 +34,8 @@ with DAG(
 ) as dag:
 
     @task.slurm(job={**JOB, "name": "prepare"}, deferrable=True, poll_interval=2)
-    def prepare() -> str:
-        return "#!/bin/bash\necho 'preparing the data of run {{ run_id }}'\n"
+    def prepare(run_id: str | None = None) -> str:  # the context's values, by name: the script is not a template
+        return f"#!/bin/bash\necho {shlex.quote(f'preparing the data of run {run_id}')}\n"  # a value is quoted
 
     @task.slurm_python(job={**JOB, "name": "train"}, python="python3", deferrable=True, poll_interval=2)
     def train(learning_rate: float, fail: bool = False) -> dict:

@@ -10,7 +10,7 @@ import aiohttp
 
 from airflow_provider_slurmapi.client.api import AsyncOperations, ClusterClient
 from airflow_provider_slurmapi.client.cluster import ClusterRef
-from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply, read_reply
+from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply, read_reply, refuse_redirect
 from airflow_provider_slurmapi.client.errors import SlurmJobApiError, TransportError, UnauthenticatedError
 from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION
 from airflow_provider_slurmapi.client.retry import RetryPolicy
@@ -90,8 +90,19 @@ class AsyncSlurmJobApiClient(ClusterClient, AsyncOperations):
         token = await self.token_source(force_token)
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         try:
-            async with self._client_session().post(self.cluster.url, data=data, headers=headers) as response:
+            # a redirect would take the call (and its credentials) elsewhere: it is an error, not followed
+            session = self._client_session()
+            async with session.post(self.cluster.url, data=data, headers=headers, allow_redirects=False) as response:
+                refuse_redirect(request, response.status, response.headers.get("Location"))
                 text = await response.text()
         except (TimeoutError, aiohttp.ClientError) as error:
-            raise TransportError(f"{request.method} {request.path}: {error!r}") from error
+            raise TransportError(f"{request.method} {request.path}: {describe_failure(error)}") from error
         return read_reply(request, response.status, text)
+
+
+def describe_failure(error: BaseException) -> str:
+    """What went wrong, without the request: the repr of aiohttp's ``ClientResponseError`` holds the
+    request's headers, the bearer token among them, so it is never used."""
+    if isinstance(error, aiohttp.ClientResponseError):
+        return f"{type(error).__name__}: HTTP {error.status} {error.message}".rstrip()
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

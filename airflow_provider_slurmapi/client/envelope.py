@@ -11,6 +11,7 @@ from airflow_provider_slurmapi.client.errors import (
     GOOGLE_ERRORS,
     GoogleApiError,
     InvalidRequestError,
+    RedirectRefusedError,
     RequestTooLargeError,
     ServerError,
     SlurmError,
@@ -73,6 +74,12 @@ class SlurmReply:
     @property
     def warnings(self) -> list[dict[str, Any]]:
         return list(self.body.get("warnings") or [])
+
+
+def refuse_redirect(request: SlurmCall, http_status: int, location: str | None) -> None:
+    """Raise for a 3xx answer: both transports send with redirects off, and a redirect is an error."""
+    if 300 <= http_status < 400:
+        raise RedirectRefusedError(f"{request.method} {request.path}", http_status, location or "")
 
 
 def read_reply(request: SlurmCall, http_status: int, text: str) -> SlurmReply:

@@ -47,6 +47,20 @@ class TransportError(SlurmJobApiError):
     retryable = True
 
 
+class RedirectRefusedError(SlurmJobApiError):
+    """The endpoint answered with a redirect, which is never followed: the request carries the
+    access token and the Slurm call, and the API itself does not redirect."""
+
+    def __init__(self, call: str, http_status: int, location: str) -> None:
+        super().__init__(
+            f"{call}: the endpoint answered {http_status}, a redirect to {location or '(no Location)'}, which is "
+            "not followed (the request carries the access token and the Slurm call); set the connection's "
+            "endpoint to the API's own URL"
+        )
+        self.http_status = http_status
+        self.location = location
+
+
 class GoogleApiError(SlurmJobApiError):
     """Google's API front end rejected the call (a ``{"error": {...}}`` envelope)."""
 

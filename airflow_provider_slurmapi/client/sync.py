@@ -8,7 +8,7 @@ import requests
 
 from airflow_provider_slurmapi.client.api import ClusterClient, SyncOperations
 from airflow_provider_slurmapi.client.cluster import ClusterRef
-from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply, read_reply
+from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply, read_reply, refuse_redirect
 from airflow_provider_slurmapi.client.errors import SlurmJobApiError, TransportError
 from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION
 from airflow_provider_slurmapi.client.retry import RetryPolicy
@@ -60,8 +60,10 @@ class SlurmJobApiClient(ClusterClient, SyncOperations):
                         data=data,
                         headers={"Content-Type": "application/json"},
                         timeout=self.timeout,
+                        allow_redirects=False,  # a redirect would take the call (and its credentials) elsewhere
                     )
                 except (requests.ConnectionError, requests.Timeout) as error:
                     raise TransportError(f"{request.method} {request.path}: {error}") from error
+                refuse_redirect(request, response.status_code, response.headers.get("Location"))
                 return read_reply(request, response.status_code, response.text)
         raise AssertionError("unreachable")  # tenacity re-raises the last error

@@ -1,5 +1,7 @@
 """``@task.slurm``: the decorated function returns the batch script, which runs as the submit
-operator's ``script`` (rendered with Jinja, submitted once, cancelled on kill, output in the log).
+operator's ``script`` (submitted once, cancelled on kill, output in the log). The returned script
+is not a template: the function already has the context, and rendering its text would evaluate
+Jinja that reaches it as data (a run's conf, an XCom, a job name from an event).
 
 Importing this module stays cheap (it is imported at every DAG parse that uses the decorator).
 """
@@ -57,8 +59,9 @@ class _SlurmDecoratedOperator(SlurmDecoratedOperator):
                 f"{self.python_callable.__name__}() return value",
                 f"a @task.slurm function must return the batch script's text (a non-empty str), got {script!r:.80}",
             )
+        # Not rendered (Airflow rendered the templated arguments once, before the function ran):
+        # rendering now would evaluate Jinja inside the values the function embeds.
         self.script = script
-        self.render_template_fields(context)  # the script is a template, as the operator's
         return super().execute(context)
 
 

@@ -34,6 +34,7 @@ from airflow_provider_slurmapi.client.usage import JobUsage
 from airflow_provider_slurmapi.client.wait_policy import LOST_JOB_GRACE, JobWaitPolicy
 from airflow_provider_slurmapi.client.waiting import follow, run_wait
 from airflow_provider_slurmapi.get_provider_info import CONN_TYPE, DEFAULT_CONN_ID
+from airflow_provider_slurmapi.version_compat import mask_secret
 
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
@@ -44,6 +45,34 @@ if TYPE_CHECKING:
 def _sleep(seconds: float) -> bool:
     time.sleep(seconds)
     return True
+
+
+class TokenMasker:
+    """Registers each new access token with Airflow's secrets masker, so that a log line, an error
+    or a job's output that repeats it shows ``***``."""
+
+    def __init__(self) -> None:
+        self._last: str | None = None
+
+    def __call__(self, token: object) -> None:
+        if isinstance(token, str) and token and token != self._last:
+            mask_secret(token)
+            self._last = token
+
+
+class MaskingAuthorizedSession(AuthorizedSession):
+    """google-auth's ``AuthorizedSession`` (it adds the token, refreshes it on 401), whose tokens
+    are registered with the secrets masker as soon as a request that carried one returns or fails."""
+
+    def __init__(self, credentials: Any, **kwargs: Any) -> None:
+        super().__init__(credentials, **kwargs)
+        self._mask_token = TokenMasker()
+
+    def request(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().request(*args, **kwargs)
+        finally:
+            self._mask_token(getattr(self.credentials, "token", None))
 
 
 class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
@@ -111,7 +140,7 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
         )
 
     def get_client(self) -> SlurmJobApiClient:
-        session = AuthorizedSession(self.get_credentials())
+        session = MaskingAuthorizedSession(self.get_credentials())
         return SlurmJobApiClient(
             session, self.cluster, api_version=self.api_version, timeout=self.timeout, retry=self.retry
         )
@@ -308,11 +337,18 @@ class SlurmJobApiAsyncHook(GoogleBaseAsyncHook):
         sync_hook: SlurmJobApiHook = await self.get_sync_hook()
         cluster = await sync_to_async(lambda: sync_hook.cluster)()
         credentials = await sync_to_async(sync_hook.get_credentials)()
+        mask_token = TokenMasker()
+
+        def refresh() -> None:  # in a thread: the masker may call Airflow's supervisor synchronously
+            credentials.refresh(google.auth.transport.requests.Request())
+            mask_token(credentials.token)
+
+        await sync_to_async(mask_token)(credentials.token)  # a token the credentials already hold
 
         async def token_source(force: bool) -> str:
             async with self._refresh_lock:
                 if force or not credentials.valid:  # valid is False shortly before the real expiry
-                    await sync_to_async(credentials.refresh)(google.auth.transport.requests.Request())
+                    await sync_to_async(refresh)()
                 token = credentials.token
                 if token is None:  # refresh() sets a token or raises
                     raise RuntimeError("the Google credentials gave no access token")

@@ -134,7 +134,7 @@ def test_taskflow_decorators_run_mapped_and_bring_return_values_back(airflow_env
     result = dags_test(airflow_env, "example_slurm_taskflow")
     log = output(result)
     assert result.returncode == 0, log[-5000:]
-    assert re.search(r"preparing the data of run manual__", log), log[-5000:]  # @task.slurm's script, rendered
+    assert re.search(r"preparing the data of run manual__", log), log[-5000:]  # @task.slurm's script, from the context
     for rate in (0.1, 0.3, 1.0):  # each mapped @task.slurm_python job's own output
         assert f"training with learning rate {rate}" in log, log[-5000:]
     # the three return values came back as XComs, read by a task in Airflow

@@ -51,15 +51,15 @@ def test_the_decorators_arguments_are_the_operators(decorator: Any) -> None:
     assert set(named) - accepted - {"multiple_outputs", "python"} == set()
 
 
-def test_slurm_task_submits_the_script_its_function_returns_rendered() -> None:
-    def build(epochs: int) -> str:
-        return "#!/bin/bash\necho {{ ti.task_id }} for " + str(epochs) + " epochs\n"
+def test_slurm_task_submits_the_script_its_function_returns_as_it_is() -> None:
+    def build(epochs: int, ti: Any = None) -> str:
+        return f"#!/bin/bash\necho {ti.task_id} for {epochs} epochs: {{{{ not rendered }}}}\n"
 
     hook = FakeHook()
     op = operator(slurm_task(job={"partition": "a3"}, deferrable=False, wait_for_completion=False), build, 3, hook=hook)
     assert op.execute(ctx()) == "42"
     [(args, _)] = hook.named("submit_once")
-    assert args[1] == "#!/bin/bash\necho task for 3 epochs"  # Jinja drops the last newline, as for any template
+    assert args[1] == "#!/bin/bash\necho task for 3 epochs: {{ not rendered }}\n"  # the context's values, by name
 
 
 @pytest.mark.parametrize("returned", [None, 3, "  \n"])

@@ -6,6 +6,7 @@ value back through them.
 
 from __future__ import annotations
 
+import shlex
 from datetime import datetime
 
 from airflow.sdk import DAG, task
@@ -21,9 +22,10 @@ with DAG(
 ):
     # [START howto_decorator_slurm]
     @task.slurm(job={**JOB, "name": "prepare"}, deferrable=True, poll_interval=2)
-    def prepare(dataset: str) -> str:
-        # the returned script is rendered with Jinja, as the operator's `script`
-        return f"#!/bin/bash\necho 'tokenizing {dataset} for run {{{{ run_id }}}}'\n"
+    def prepare(dataset: str, run_id: str | None = None) -> str:
+        # the context's values come by name; the returned script is sent as it is (not rendered),
+        # so each value it embeds is quoted for the shell
+        return f"#!/bin/bash\necho {shlex.quote(f'tokenizing {dataset} for run {run_id}')}\n"
 
     # [END howto_decorator_slurm]
 
