@@ -5,8 +5,8 @@ Every flag has an environment variable ``SLURM_JOB_API_EMULATOR_<FLAG>`` (e.g.
 comma-separated list in their variable.
 
 Faults (see ``faults.py``): ``--fault-rate 0.1 --fault-kinds unavailable:3,reset_after --fault-seed 1``
-fails about one call in ten; ``--fault-script FILE`` fails chosen calls. Any call can also force one
-with the request header ``X-Emulator-Fault: <kind>``.
+fails about one call in ten; ``--fault-script FILE`` fails chosen calls. Any call from this machine
+can also force one with the request header ``X-Emulator-Fault: <kind>`` (see ``exposure.py``).
 
 ``slurm-job-api-emulator control ACTION JOB_ID [--url URL] [--cluster NAME]`` asks a running
 emulator to requeue, requeuehold, hold, release, preempt or node_fail a job (built-in backend).
@@ -68,7 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_service_arguments(p: argparse.ArgumentParser) -> None:
     """Where the emulator listens, the clusters it serves, how it logs."""
-    p.add_argument("--host", default=_env("HOST", _DEFAULTS.host))
+    p.add_argument(
+        "--host",
+        default=_env("HOST", _DEFAULTS.host),
+        help="default 127.0.0.1; any other address warns, and the job control and fault header still "
+        "answer only callers on this machine",
+    )
     p.add_argument("--port", type=int, default=int(_env("PORT") or DEFAULT_PORT))
     p.add_argument("--project", action="append", help=f"repeatable; default {DEFAULT_PROJECT}")
     p.add_argument("--region", action="append", help=f"repeatable; default {DEFAULT_REGION}")
@@ -78,7 +83,12 @@ def _add_service_arguments(p: argparse.ArgumentParser) -> None:
 
 def _add_google_arguments(p: argparse.ArgumentParser) -> None:
     """Google's side: the service account, its tokens, and how the API answers."""
-    p.add_argument("--key-file", default=_env("KEY_FILE", "./emulator-key.json"))
+    p.add_argument(
+        "--key-file",
+        default=_env("KEY_FILE"),
+        help="the service account's key, created 0600 if missing (default: in a private temporary folder, "
+        "removed when the emulator stops; the banner names it)",
+    )
     p.add_argument("--token-lifetime", type=float, default=_env_float("TOKEN_LIFETIME", _DEFAULTS.token_lifetime))
     p.add_argument("--deny-principal", action="append", help="repeatable: email that gets PERMISSION_DENIED")
     p.add_argument("--reply-shape", choices=("structured", "body"), default=_env("REPLY_SHAPE", _DEFAULTS.reply_shape))
@@ -244,7 +254,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> EmulatorConfig:
             query_strings=not args.no_query_strings,
             virtual_jobs=args.virtual_jobs,
             job_comments=not args.no_job_comments,
-            key_file=os.path.abspath(args.key_file),
+            key_file=os.path.abspath(args.key_file) if args.key_file else None,
             state_dir=args.state_dir,
             kill_wait=args.kill_wait,
             sched_delay=args.sched_delay,
@@ -265,7 +275,8 @@ def config_from_args(argv: Sequence[str] | None = None) -> EmulatorConfig:
 
 def describe(emu: Emulator) -> list[str]:
     """The start-up banner: one fact per line, then an example Airflow connection."""
-    lines = [
+    lines = [emu.exposure_warning] if emu.exposure_warning else []
+    lines += [
         f"URL: {emu.url}",
         f"Key file: {emu.key_file}",
         f"Service account: {emu.service_account_info['client_email']}",

@@ -31,6 +31,7 @@ from airflow_provider_slurmapi.emulator.backend_api import (
     SlurmBackend,
     SlurmRequest,
 )
+from airflow_provider_slurmapi.emulator.exposure import loopback_only
 from airflow_provider_slurmapi.emulator.faults import FAULT_HEADER, FaultInjector, unexpected_body
 from airflow_provider_slurmapi.emulator.outages import OUTAGE_KINDS, outage_answer
 from airflow_provider_slurmapi.emulator.request_log import RequestLog
@@ -58,7 +59,8 @@ _GOOGLE_STATUS = {
 
 ClusterKey = tuple[str, str, str]  # (project, region, cluster)
 
-# the emulator's own control, outside Google's API: POST .../jobs/12:requeue (no token: a local test tool)
+# the emulator's own control, outside Google's API: POST .../jobs/12:requeue (no token: a local test
+# tool, answered only to callers on this machine, see exposure.py)
 CONTROL_PATH = "/emulator/v1/{project}/{region}/{cluster}/jobs/{job_ref:[^/:]+}:{action:[^/:]+}"
 
 
@@ -216,8 +218,12 @@ def _slurm_request(payload: dict[str, Any], principal: str, backend: SlurmBacken
 async def _answer_with_faults(
     request: web.Request, state: ServerState, backend: SlurmBackend, call: SlurmRequest, resource: str
 ) -> web.Response:
+    asked = request.headers.get(FAULT_HEADER)
+    refusal = loopback_only(f"The header {FAULT_HEADER}", request.remote) if asked is not None else None
+    if refusal:
+        return google_error(403, refusal)
     try:
-        fault = state.faults.pick(call.method, call.path, request.headers.get(FAULT_HEADER), comment=_comment(call))
+        fault = state.faults.pick(call.method, call.path, asked, comment=_comment(call))
     except ValueError as exc:  # an unknown kind in the header
         return google_error(400, str(exc))
     if fault is None:
@@ -292,6 +298,9 @@ def _control_error(code: int, message: str) -> web.Response:
 
 async def control_endpoint(request: web.Request) -> web.Response:
     """Requeue, hold, release, preempt or fail a job: see ``BuiltinBackend.control``."""
+    refusal = loopback_only("The emulator's job control", request.remote)
+    if refusal:
+        return _control_error(403, refusal)
     if request.method != "POST":
         return _control_error(405, f"Method {request.method} is not allowed; the control takes POST.")
     state = request.app[STATE_KEY]

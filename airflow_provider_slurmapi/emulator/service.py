@@ -18,6 +18,7 @@ from aiohttp import web
 from airflow_provider_slurmapi.emulator import auth
 from airflow_provider_slurmapi.emulator.backend_api import ControlError, SlurmBackend
 from airflow_provider_slurmapi.emulator.builtin import BuiltinBackend
+from airflow_provider_slurmapi.emulator.exposure import exposure_warning
 from airflow_provider_slurmapi.emulator.faults import FaultInjector, FaultPlan, ScriptedFault
 from airflow_provider_slurmapi.emulator.output_mount import MountingBackend, OutputMount
 from airflow_provider_slurmapi.emulator.request_log import RequestLog
@@ -44,7 +45,8 @@ class EmulatorConfig:
     reply_shape: str = "structured"  # or "body" (reply as a JSON string)
     denied_principals: tuple[str, ...] = ()  # get PERMISSION_DENIED
     query_strings: bool = True  # False: refuse paths with "?..." (the API's docs do not say either way)
-    key_file: str | Path | None = None  # created if missing, reused if present
+    # created if missing (0600), reused if present; None: a private temporary folder, removed at stop
+    key_file: str | Path | None = None
     state_dir: str | Path | None = None  # job scripts and step records (temp dir if None)
     kill_wait: float = KILL_WAIT  # seconds between SIGTERM and SIGKILL on cancel/timeout (Slurm KillWait)
     sched_delay: float = 1.0  # a new job stays PENDING this long, like Slurm's next scheduler pass
@@ -174,7 +176,14 @@ class Emulator:
             self._thread = None
             self._cleanup_dirs()
             raise failure[0]
+        if self.exposure_warning:
+            log.warning("%s", self.exposure_warning)
         return self
+
+    @property
+    def exposure_warning(self) -> str | None:
+        """What listening on ``config.host`` exposes, when it is not this machine's loopback."""
+        return exposure_warning(self.config.host)
 
     def stop(self) -> None:
         if self._thread is None or self._loop is None:

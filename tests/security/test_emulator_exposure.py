@@ -65,7 +65,7 @@ def test_starting_the_emulator_on_every_interface_warns(tmp_path: Path, caplog: 
     with Emulator(config) as emu:
         banner = describe(emu)
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and "0.0.0.0" in r.getMessage()]
-    assert warnings and "not only this machine" in warnings[0], caplog.text
+    assert warnings and "other machines may call it" in warnings[0], caplog.text
     assert any(line.startswith("WARNING") and "0.0.0.0" in line for line in banner), banner
 
 
