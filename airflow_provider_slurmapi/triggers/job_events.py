@@ -183,7 +183,8 @@ class SlurmJobEventTrigger(BaseEventTrigger):
                 after, ended = cursor.take(tick.jobs, self.filter, tick.window_end)
                 pause = min(EVENT_SPACING_SECONDS, self.poll_interval / max(1, len(ended)))
                 for n, job in enumerate(ended, start=1):
-                    self.log.info("%s (name %r, user %s)", job.status.describe(), job.status.name, job.user)
+                    # any cluster user chooses a job's name: arguments, never the format; escaped, cut at 200
+                    self.log.info("%s (name %.200r, user %.64r)", job.status.describe(), job.status.name, job.user)
                     yield TriggerEvent(job.to_payload())
                     if n == len(ended):
                         await asyncio.sleep(EVENT_SPACING_SECONDS)

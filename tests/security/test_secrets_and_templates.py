@@ -225,4 +225,6 @@ async def test_hostile_job_names_and_comments_reach_the_event_as_plain_data(
         job = received[submitted[kind]]
         assert (job.status.name, job.status.comment) == (value, f"hostile-event {value}"), kind
     log = task_log()
+    assert all(f"Slurm job {job_id} is COMPLETED" in log for job_id in submitted.values()), log[-3000:]
     assert "\x1b" not in log and "\r" not in log.replace("\r\n", "\n") and SECRET not in log
+    assert HOSTILE["long"] not in log  # a name is cut in the log line (the event keeps it whole)
