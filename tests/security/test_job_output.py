@@ -9,18 +9,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from airflow.providers.common.compat.sdk import AirflowException
 
+from airflow_provider_slurmapi.decorators.slurm_python import slurm_python_task
 from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
+from airflow_provider_slurmapi.hooks.shared_files import UnsafeOutputPath
 from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
 from tests.conftest import connection_json
 from tests.integration.airflow_runtime import context
 from tests.jobs import JOB
 from tests.storage import BUCKET
+
+try:
+    from airflow.sdk import DAG
+except ImportError:  # Airflow 2.x
+    from airflow import DAG
 
 PREFIX = f"gs://{BUCKET}/security-output"
 # what a terminal or the log view would act on: escape sequences, overwrites, bidi overrides
@@ -186,3 +194,29 @@ def test_a_symlinked_folder_in_the_output_path_is_not_followed(
     assert "FORGED" not in log
     assert f"{folder}/{job_id}.out: {folder} is a symbolic link: not read" in log, log[-3000:]
 
+
+
+def returns_seven() -> int:
+    """Runs on the cluster."""
+    return 7
+
+
+def test_a_try_folder_linked_to_another_users_folder_gives_no_return_value(shared_folder: Path, tmp_path: Path) -> None:
+    """Before the task runs, another user makes its (predictable) try folder a link to a folder of
+    theirs: the job's stdout and its function's result land there, where they can rewrite them."""
+    theirs = tmp_path / "attacker"
+    theirs.mkdir()
+    ctx = context()
+    ti = ctx["ti"]
+    run_folder = shared_folder / ti.dag_id / ti.run_id.replace(":", "_") / ti.task_id
+    run_folder.mkdir(parents=True)
+    (run_folder / "try-1").symlink_to(theirs)
+    with DAG(ti.dag_id, schedule=None, start_date=datetime(2026, 1, 1)):
+        operator = slurm_python_task(job=JOB, poll_interval=0.3, output_wait=2, deferrable=False)(returns_seven)()
+    with pytest.raises(UnsafeOutputPath) as refused:
+        operator.operator.execute(ctx)
+    job_id = ti.xcom["job_id"]
+    assert (theirs / f"{job_id}.return.json").exists()  # the job wrote it through the link
+    link = f"{run_folder}/try-1"
+    assert str(refused.value) == f"{link}/{job_id}.return.json: {link} is a symbolic link: not read"
+    assert "return_value" not in ti.xcom
