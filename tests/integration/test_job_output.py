@@ -71,7 +71,9 @@ def test_a_failed_job_shows_its_output_and_ends_the_error_with_stderr(gs_connect
     stem = f"operator_tests/{ti.run_id.replace(':', '_')}/t/try-1/{job_id}"
     message = str(failure.value)
     assert message.startswith(f"Slurm job {job_id} is FAILED; reason: NonZeroExitCode; exit code 4")
-    assert message.endswith(f"Last lines of stderr of job {job_id} ({PREFIX}/{stem}.err):\n[job {job_id} stderr] loss is NaN")
+    assert message.endswith(
+        f"Last lines of stderr of job {job_id} ({PREFIX}/{stem}.err):\n[job {job_id} stderr] loss is NaN"
+    )
     log = task_log()
     assert f"----- Slurm job {job_id} stdout: last 100 lines of {PREFIX}/{stem}.out" in log
     assert f"\n[job {job_id} stdout] step 401\n" in log and f"[job {job_id} stdout] step 500\n" in log

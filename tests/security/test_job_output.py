@@ -7,7 +7,11 @@ and the task log is what the task logged. The folders are as open as a permissiv
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -30,6 +34,7 @@ try:
 except ImportError:  # Airflow 2.x
     from airflow import DAG
 
+ROOT = Path(__file__).parents[2]
 PREFIX = f"gs://{BUCKET}/security-output"
 # what a terminal or the log view would act on: escape sequences, overwrites, bidi overrides
 HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -153,7 +158,9 @@ def test_a_job_printing_a_10_mb_line_is_cut_in_the_log(gs_output: None, task_log
     assert len(log) < 50_000 and len(failure) < 30_000  # read within output_tail_bytes, then cut per line
     out = re.search(rf"\[job {job_id} stdout\] (A+) \[\.\.\. ([\d,]+) more characters not shown\]", log)
     assert out, log[-3000:]
-    assert len(out.group(1)) == 4000 and int(out.group(2).replace(",", "")) + 4000 == 64 * 1024 - 1  # the end of the line, read within the cap
+    assert (
+        len(out.group(1)) == 4000 and int(out.group(2).replace(",", "")) + 4000 == 64 * 1024 - 1
+    )  # the end of the line, read within the cap
     assert re.search(rf"\[job {job_id} stderr\] B{{4000}} \[\.\.\. [\d,]+ more characters not shown\]", failure)
 
 
@@ -195,7 +202,6 @@ def test_a_symlinked_folder_in_the_output_path_is_not_followed(
     assert f"{folder}/{job_id}.out: {folder} is a symbolic link: not read" in log, log[-3000:]
 
 
-
 def returns_seven() -> int:
     """Runs on the cluster."""
     return 7
@@ -220,3 +226,29 @@ def test_a_try_folder_linked_to_another_users_folder_gives_no_return_value(share
     link = f"{run_folder}/try-1"
     assert str(refused.value) == f"{link}/{job_id}.return.json: {link} is a symbolic link: not read"
     assert "return_value" not in ti.xcom
+
+
+def test_a_job_printing_a_connection_password_and_a_masked_variable_shows_them_masked(
+    mounted: tuple[Emulator, Path], storage_host: str, tmp_path: Path
+) -> None:
+    """The job's lines go through the task's logger, so Airflow's secrets masker redacts the values
+    it masks, in the output's frame and in the failure message (``job_output_support``)."""
+    emu, mount = mounted
+    password, api_key = "pw-Zq81-not-for-logs", "key-Xv42-not-for-logs"
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path),
+        "PYTHONPATH": str(ROOT),
+        "AIRFLOW_CONN_SLURM_JOB_API_DEFAULT": connection_json(emu, output_uri=PREFIX, output_cluster_path=str(mount)),
+        "AIRFLOW_CONN_SECRET_CONN": json.dumps({"conn_type": "generic", "password": password}),
+        "AIRFLOW_VAR_API_KEY": api_key,  # a sensitive name: Airflow masks its value
+        "STORAGE_EMULATOR_HOST": storage_host,
+    }
+    command = [sys.executable, "-m", "tests.security.job_output_support"]
+    result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0 and "is FAILED" in log, log[-5000:]  # the job ran, printed and failed
+    assert password not in log and api_key not in log, log[-5000:]
+    assert re.search(r"\[job \d+ stdout\] password=\*\*\*\n", log), log[-5000:]
+    assert re.search(r"\[job \d+ stderr\] api key \*\*\* in stderr\n", log), log[-5000:]
+    assert re.search(r"Last lines of stderr of job \d+ \(.*\):\n\[job \d+ stderr\] api key \*\*\* in stderr", log)

@@ -14,11 +14,11 @@ from airflow_provider_slurmapi.client.output import (
     OutputTail,
     console_url,
     error_excerpt,
-    job_lines,
     expand_pattern,
+    job_lines,
     last_lines,
-    visible,
     output_files,
+    visible,
 )
 from airflow_provider_slurmapi.client.usage import JobUsage
 from airflow_provider_slurmapi.hooks.output_reader import OutputReader
@@ -141,7 +141,9 @@ def test_a_frame_names_the_whole_file_and_the_excerpt_prefers_stderr() -> None:
         "----- end of Slurm job 7 stderr -----",
     ]
     out = OutputTail("7", "stdout", "gs://b/7.out", text="epoch 1", size=8)
-    assert error_excerpt([out, tail]).endswith("(gs://b/7.err):\n[job 7 stderr] Traceback\n[job 7 stderr] ValueError: nan")
+    assert error_excerpt([out, tail]).endswith(
+        "(gs://b/7.err):\n[job 7 stderr] Traceback\n[job 7 stderr] ValueError: nan"
+    )
     assert error_excerpt([out]).endswith("\n[job 7 stdout] epoch 1")
     assert error_excerpt([OutputTail("7", "stderr", "x", problem="missing")]) == ""
     assert (
