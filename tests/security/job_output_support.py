@@ -1,6 +1,6 @@
 """A submit task run in a process of its own whose logging is set up as Airflow sets up a task's:
-the secrets masker in the chain (3.x: structlog's ``mask_logs``, as the supervisor writes the task
-log; 2.x: the ``mask_secrets`` logging filter). ``python -m tests.security.job_output_support``.
+the secrets masker in the chain (Airflow 3: structlog's ``mask_logs``, as the supervisor writes the
+task log). ``python -m tests.security.job_output_support``.
 
 The job prints the password of the connection ``secret_conn`` and the value of the Variable
 ``api_key``, read the way a task reads them (which registers them with the masker), then fails.
@@ -8,18 +8,11 @@ The job prints the password of the connection ``secret_conn`` and the value of t
 
 from __future__ import annotations
 
-from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS
-
 
 def configure_task_logging() -> None:
-    if AIRFLOW_V_3_0_PLUS:
-        from airflow.sdk.log import configure_logging
+    from airflow.sdk.log import configure_logging
 
-        configure_logging(colored_console_log=False)  # sending_to_supervisor=False: it masks, as the supervisor does
-    else:
-        from airflow.logging_config import configure_logging
-
-        configure_logging()
+    configure_logging(colored_console_log=False)  # sending_to_supervisor=False: it masks, as the supervisor does
 
 
 def main() -> None:

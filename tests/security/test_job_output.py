@@ -24,6 +24,7 @@ from airflow_provider_slurmapi.decorators.slurm_python import slurm_python_task
 from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
 from airflow_provider_slurmapi.hooks.shared_files import UnsafeOutputPath
 from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
+from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS
 from tests.conftest import connection_json
 from tests.integration.airflow_runtime import context
 from tests.jobs import JOB
@@ -228,6 +229,10 @@ def test_a_try_folder_linked_to_another_users_folder_gives_no_return_value(share
     assert "return_value" not in ti.xcom
 
 
+@pytest.mark.skipif(
+    not AIRFLOW_V_3_0_PLUS,
+    reason="2.x masks in the task handler's filter, which writes only with a real task instance's context",
+)
 def test_a_job_printing_a_connection_password_and_a_masked_variable_shows_them_masked(
     mounted: tuple[Emulator, Path], storage_host: str, tmp_path: Path
 ) -> None:
