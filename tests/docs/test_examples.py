@@ -314,7 +314,7 @@ def test_slurm_output_failure_ends_with_stderr(background: Background) -> None:
     path = f"slurm_output/{result['run_id'].replace(':', '_')}/train/try-1/{job['job_id']}"
     assert (
         f"Last lines of stderr of job {job['job_id']} (gs://slurm-output/runs/{path}.err):\n"
-        "EPOCHS must be a whole number, got 'x'\n"
+        f"[job {job['job_id']} stderr] EPOCHS must be a whole number, got 'x'\n"
     ) in log
 
 
