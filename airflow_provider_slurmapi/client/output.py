@@ -247,7 +247,7 @@ class OutputTail:
 
     @property
     def line_prefix(self) -> str:
-        """What starts each of this file's lines in the task log: ``[job 42 stderr] ``."""
+        """What starts each of this file's lines in the task log: ``[job 42 stderr]`` and a space."""
         return visible(f"[job {self.job_id} {self.stream}] ")
 
     def frame(self) -> str:
