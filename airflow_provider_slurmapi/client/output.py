@@ -198,9 +198,45 @@ def output_files(records: list[dict[str, Any]], *, source: RecordSource) -> list
     return sorted(files, key=lambda file: not file.failed)  # stable: the records' order otherwise
 
 
+MAX_LINE_CHARS = 4000  # of one job line in the task log; the rest is cut, with a note
+
+# What a terminal or a log view acts on instead of showing: C0 and C1 controls (ESC starts the CSI
+# and OSC sequences; carriage returns and backspaces overwrite), line separators, bidi overrides.
+_HIDDEN = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """Text a job or a cluster user chose, made inert for a log: each control character, escape
+    sequence introducer and bidi override shown as its escape (``\\x1b``, ``\\r``, ``\\u202e``);
+    tabs stay."""
+    return _HIDDEN.sub(lambda match: repr(match.group())[1:-1], text)
+
+
+def job_lines(text: str, prefix: str) -> list[str]:
+    """The lines of a job's output as the task log shows them: each made ``visible``, cut at
+    ``MAX_LINE_CHARS`` with a note of how much was cut, after ``prefix`` (so no line can pass for
+    one of Airflow's own)."""
+    shown = []
+    for line in split_lines(text):
+        cut = len(line) - MAX_LINE_CHARS
+        note = f" [... {cut:,} more characters not shown]" if cut > 0 else ""
+        shown.append(f"{prefix}{visible(line[:MAX_LINE_CHARS])}{note}")
+    return shown
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines at newlines only: a carriage return inside a line stays in it, to be shown."""
+    if not text:
+        return []
+    return [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")]
+
+
 @dataclass(frozen=True)
 class OutputTail:
-    """The last lines of one output file, or why they could not be read."""
+    """The last lines of one output file, or why they could not be read.
+
+    ``text`` is what the file holds; ``frame()`` is the safe way to show it.
+    """
 
     job_id: str
     stream: Stream
@@ -209,19 +245,25 @@ class OutputTail:
     size: int | None = None  # bytes in the whole file
     problem: str | None = None  # why nothing (or not everything) could be shown
 
+    @property
+    def line_prefix(self) -> str:
+        """What starts each of this file's lines in the task log: ``[job 42 stderr]`` and a space."""
+        return visible(f"[job {self.job_id} {self.stream}] ")
+
     def frame(self) -> str:
         """A block for the task log that names the whole file's location."""
-        title = f"Slurm job {self.job_id} {self.stream}"
-        if self.problem and not self.text:
-            return f"{title}: {self.problem}"
+        title = visible(f"Slurm job {self.job_id} {self.stream}")
+        location, problem = visible(self.location), visible(self.problem or "")
+        if problem and not self.text:
+            return f"{title}: {problem}"
         if self.size == 0:
-            return f"{title}: empty ({self.location})"
-        lines = self.text.splitlines()
+            return f"{title}: empty ({location})"
+        lines = job_lines(self.text, self.line_prefix)
         size = f", {_size(self.size)} in all" if self.size is not None else ""
         count = f"{len(lines)} line" + ("" if len(lines) == 1 else "s")
-        head = f"----- {title}: last {count} of {self.location}{size} -----"
-        note = f"\n(note: {self.problem})" if self.problem else ""
-        return f"{head}\n{self.text.rstrip(chr(10))}\n----- end of {title} -----{note}"
+        head = f"----- {title}: last {count} of {location}{size} -----"
+        note = f"\n(note: {problem})" if problem else ""
+        return "\n".join([head, *lines, f"----- end of {title} -----"]) + note
 
 
 def _size(count: int | None) -> str:
@@ -236,16 +278,22 @@ def _size(count: int | None) -> str:
 def last_lines(data: bytes, *, lines: int, started_mid_file: bool) -> tuple[str, str | None]:
     """The last ``lines`` lines of ``data``, decoded, and a note when some bytes were not text.
 
-    A read that began inside the file drops its first, partial line.
+    A read that began inside the file drops its first, partial line, unless it is the only line:
+    then its end is kept, with a note.
     """
+    notes = []
     if started_mid_file:
         _, newline, rest = data.partition(b"\n")
-        data = rest if newline else data
+        if newline and rest:
+            data = rest
+        else:
+            notes.append(f"the first line shown is the end of a line longer than the {len(data):,} bytes read")
     text = data.decode("utf-8", errors="replace")
     undecodable = text.count("\ufffd") - data.decode("utf-8", errors="ignore").count("\ufffd")
-    kept = text.splitlines()[-lines:]
-    note = f"{undecodable} bytes that are not UTF-8 shown as \ufffd" if undecodable else None
-    return "\n".join(kept), note
+    kept = split_lines(text)[-lines:]
+    if undecodable:
+        notes.append(f"{undecodable} bytes that are not UTF-8 shown as \ufffd")
+    return "\n".join(kept), "; ".join(notes) or None
 
 
 def error_excerpt(tails: list[OutputTail], *, lines: int = 20) -> str:
@@ -253,6 +301,7 @@ def error_excerpt(tails: list[OutputTail], *, lines: int = 20) -> str:
     for stream in (Stream.STDERR, Stream.BOTH, Stream.STDOUT):
         for tail in tails:
             if tail.stream == stream and tail.text.strip():
-                kept = "\n".join(tail.text.rstrip("\n").splitlines()[-lines:])
-                return f"\nLast lines of {tail.stream} of job {tail.job_id} ({tail.location}):\n{kept}"
+                kept = "\n".join(job_lines("\n".join(split_lines(tail.text)[-lines:]), tail.line_prefix))
+                where = visible(f"{tail.stream} of job {tail.job_id} ({tail.location})")
+                return f"\nLast lines of {where}:\n{kept}"
     return ""

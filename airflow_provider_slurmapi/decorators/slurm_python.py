@@ -98,7 +98,7 @@ class _SlurmPythonDecoratedOperator(SlurmDecoratedOperator):
         location = self.output_settings.location_of(f"{folder}/{status.job_id}{RESULT_SUFFIX}")
         assert location is not None  # the folder is under output_cluster_path
         try:
-            data = self.hook.read_object(location, wait=self.output_settings.wait)
+            data = self.hook.read_object(location, wait=self.output_settings.wait, within=self.output_settings.uri)
         except FileNotFoundError as error:
             self.log.warning("%s: the job ended without writing its outcome", error)
             return None

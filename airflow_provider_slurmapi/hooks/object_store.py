@@ -1,5 +1,6 @@
 """Whole objects at the job output location, in Cloud Storage (through the Google provider's
-GCSHook) or a shared filesystem: staged scripts written once, function results read back."""
+GCSHook) or a shared filesystem (read never through a link: ``shared_files``): staged scripts
+written once, function results read back."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
+
+from airflow_provider_slurmapi.hooks.shared_files import open_within
 
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
@@ -52,23 +55,29 @@ class ObjectStore:
             ) from error
         return True
 
-    def read(self, location: str, wait: float) -> bytes:
+    def read(self, location: str, wait: float, *, within: str | None = None) -> bytes:
         """The whole object, waited for up to ``wait`` seconds (a FUSE mount publishes a file when
-        the job closes it); FileNotFoundError if it is not there then."""
+        the job closes it); FileNotFoundError if it is not there then.
+
+        ``within``: for a ``file://`` location, the output folder (``output_uri``) it must be
+        reached in without a link (``UnsafeOutputPath`` otherwise); its own folder if None.
+        """
         deadline = time.monotonic() + wait
         while True:
-            data = self._read(location)
+            data = self._read(location, within)
             if data is not None:
                 return data
             if time.monotonic() >= deadline:
                 raise FileNotFoundError(f"{location} was not found" + (f" after waiting {wait:g} s" if wait else ""))
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
-    def _read(self, location: str) -> bytes | None:
+    def _read(self, location: str, within: str | None) -> bytes | None:
         parts = urlsplit(location)
         if parts.scheme == "file":
+            path = unquote(parts.path)
+            root = unquote(urlsplit(within).path) if within else os.path.dirname(path)
             try:
-                with open(unquote(parts.path), "rb") as file:
+                with open_within(root, path) as file:
                     return file.read()
             except FileNotFoundError:
                 return None

@@ -1,5 +1,6 @@
 """Reads the end of a job's output files from Cloud Storage (through the Google provider's GCSHook)
-or a shared filesystem: one metadata read and one ranged read per file, whatever its size."""
+or a shared filesystem (never through a link: ``shared_files``): one metadata read and one ranged
+read per file, whatever its size."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from airflow_provider_slurmapi.client.output import OutputFile, OutputSettings, OutputTail, last_lines
+from airflow_provider_slurmapi.client.output import OutputFile, OutputSettings, OutputTail, last_lines, split_lines
+from airflow_provider_slurmapi.hooks.shared_files import UnsafeOutputPath, open_within
 
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
@@ -52,7 +54,7 @@ class OutputReader:
                 tails.append(OutputTail(file.job_id, file.stream, location, problem="not shown: the caps are used up"))
             else:
                 tail = self._tail(file, location, lines, size, deadline)
-                left[file.stream] = [lines - len(tail.text.splitlines()), size - len(tail.text.encode())]
+                left[file.stream] = [lines - len(split_lines(tail.text)), size - len(tail.text.encode())]
                 tails.append(tail)
         return tails
 
@@ -75,7 +77,7 @@ class OutputReader:
                     waited = f" after waiting {self.settings.wait:g} s" if self.settings.wait else ""
                     return OutputTail(file.job_id, file.stream, location, problem=f"{location} was not found{waited}")
                 time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-            except PermissionError as error:
+            except (PermissionError, UnsafeOutputPath) as error:
                 return OutputTail(file.job_id, file.stream, location, problem=str(error))
             except Exception as error:  # a read that fails must never change the task's outcome
                 problem = f"could not read {location}: {type(error).__name__}: {error}"
@@ -87,7 +89,7 @@ class OutputReader:
         """The last ``max_bytes`` of the file and its whole size."""
         parts = urlsplit(location)
         if parts.scheme == "file":
-            return _read_file_end(unquote(parts.path), max_bytes)
+            return _read_file_end(unquote(urlsplit(str(self.settings.uri)).path), unquote(parts.path), max_bytes)
         return self._read_object_end(parts.netloc, unquote(parts.path.lstrip("/")), location, max_bytes)
 
     def _read_object_end(self, bucket: str, name: str, location: str, max_bytes: int) -> tuple[bytes, int]:
@@ -113,9 +115,9 @@ class OutputReader:
             raise OutputNotFound(location) from error
 
 
-def _read_file_end(path: str, max_bytes: int) -> tuple[bytes, int]:
+def _read_file_end(root: str, path: str, max_bytes: int) -> tuple[bytes, int]:
     try:
-        with open(path, "rb") as file:
+        with open_within(root, path) as file:
             size = os.fstat(file.fileno()).st_size
             file.seek(max(0, size - max_bytes))
             return file.read(max_bytes), size

@@ -253,9 +253,12 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
         )
         return staged.wrapper
 
-    def read_object(self, location: str, wait: float) -> bytes:
-        """A whole object at the output location (``gs://`` or ``file://``), waited for up to ``wait`` s."""
-        return self._object_store().read(location, wait)
+    def read_object(self, location: str, wait: float, *, within: str | None = None) -> bytes:
+        """A whole object at the output location (``gs://`` or ``file://``), waited for up to ``wait`` s.
+
+        ``within``: the ``output_uri`` a ``file://`` location is under; no link is followed below it.
+        """
+        return self._object_store().read(location, wait, within=within)
 
     def _object_store(self) -> ObjectStore:
         from airflow_provider_slurmapi.hooks.object_store import ObjectStore

@@ -314,7 +314,7 @@ def test_slurm_output_failure_ends_with_stderr(background: Background) -> None:
     path = f"slurm_output/{result['run_id'].replace(':', '_')}/train/try-1/{job['job_id']}"
     assert (
         f"Last lines of stderr of job {job['job_id']} (gs://slurm-output/runs/{path}.err):\n"
-        "EPOCHS must be a whole number, got 'x'\n"
+        f"[job {job['job_id']} stderr] EPOCHS must be a whole number, got 'x'\n"
     ) in log
 
 
@@ -330,7 +330,9 @@ def test_slurm_taskflow_failure_shows_the_cluster_side_traceback(background: Bac
     result, log = background.dag_run("slurm_taskflow_bad_epochs")
     assert result["tasks"]["fine_tune"] == "failed" and result["tasks"]["pick_best"] == "upstream_failed"
     assert "fine_tune() raised ValueError: epochs must be at least 1, got 0 (Slurm job " in log, log[-8000:]
-    assert re.search(r'File "[^"]*slurm_taskflow\.py", line \d+, in fine_tune\n\s+raise ValueError', log)
+    assert re.search(
+        r'File "[^"]*slurm_taskflow\.py", line \d+, in fine_tune\n\[job \d+ stderr\]\s+raise ValueError', log
+    )
 
 
 def test_slurm_job_event_dags_parse_and_run_without_events(background: Background) -> None:

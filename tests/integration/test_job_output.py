@@ -71,10 +71,13 @@ def test_a_failed_job_shows_its_output_and_ends_the_error_with_stderr(gs_connect
     stem = f"operator_tests/{ti.run_id.replace(':', '_')}/t/try-1/{job_id}"
     message = str(failure.value)
     assert message.startswith(f"Slurm job {job_id} is FAILED; reason: NonZeroExitCode; exit code 4")
-    assert message.endswith(f"Last lines of stderr of job {job_id} ({PREFIX}/{stem}.err):\nloss is NaN")
+    assert message.endswith(
+        f"Last lines of stderr of job {job_id} ({PREFIX}/{stem}.err):\n[job {job_id} stderr] loss is NaN"
+    )
     log = task_log()
     assert f"----- Slurm job {job_id} stdout: last 100 lines of {PREFIX}/{stem}.out" in log
-    assert "step 401\n" in log and "step 500\n" in log and "step 400\n" not in log
+    assert f"\n[job {job_id} stdout] step 401\n" in log and f"[job {job_id} stdout] step 500\n" in log
+    assert "step 400\n" not in log
     assert f"----- end of Slurm job {job_id} stderr -----" in log
     assert (gs_connection / f"{stem}.out").exists()  # where the job wrote, on the "cluster"
     usage = ti.xcom["usage"]
@@ -163,7 +166,7 @@ def test_a_shared_filesystem_is_read_through_file_uris(
     extra = {"output_uri": f"file://{tmp_path}", "output_cluster_path": str(tmp_path)}
     monkeypatch.setenv("AIRFLOW_CONN_SLURM_JOB_API_DEFAULT", connection_json(emulator, **extra))
     operator, ctx = submit("echo on-the-shared-disk; echo bad >&2; exit 2")
-    with pytest.raises(AirflowException, match=r"(?s)exit code 2.*\nbad$"):
+    with pytest.raises(AirflowException, match=r"(?s)exit code 2.*\n\[job \d+ stderr\] bad$"):
         operator.execute(ctx)
     assert "on-the-shared-disk" in task_log()
     assert "slurm_output_console_url" not in ctx["ti"].xcom  # the console link is for gs:// only

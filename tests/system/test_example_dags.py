@@ -147,7 +147,7 @@ def test_an_exception_on_the_cluster_fails_the_task_with_its_traceback(airflow_e
     assert result.returncode == 1 and "DagRun failed" in result.stderr.splitlines(), log[-5000:]
     assert "train() raised ValueError: loss diverged at learning rate 0.1 (Slurm job" in log, log[-5000:]
     # the traceback from the cluster names the line of the DAG file that raised
-    traceback = r'File "[^"]*example_slurm_taskflow\.py", line \d+, in train\n\s+raise ValueError'
+    traceback = r'File "[^"]*example_slurm_taskflow\.py", line \d+, in train\n\[job \d+ stderr\]\s+raise ValueError'
     assert re.search(traceback, log), log[-5000:]
 
 

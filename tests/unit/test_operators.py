@@ -107,7 +107,7 @@ class FakeHook:
         self._record("read_job_output", *args)
         return []
 
-    def read_object(self, location: str, wait: float) -> bytes:
+    def read_object(self, location: str, wait: float, within: str | None = None) -> bytes:
         self._record("read_object", location, wait)
         if location not in self.objects:
             raise FileNotFoundError(f"{location} was not found")

@@ -15,8 +15,10 @@ from airflow_provider_slurmapi.client.output import (
     console_url,
     error_excerpt,
     expand_pattern,
+    job_lines,
     last_lines,
     output_files,
+    visible,
 )
 from airflow_provider_slurmapi.client.usage import JobUsage
 from airflow_provider_slurmapi.hooks.output_reader import OutputReader
@@ -134,13 +136,15 @@ def test_a_frame_names_the_whole_file_and_the_excerpt_prefers_stderr() -> None:
     tail = OutputTail("7", "stderr", "gs://b/7.err", text="Traceback\nValueError: nan", size=5000)
     assert tail.frame().splitlines() == [
         "----- Slurm job 7 stderr: last 2 lines of gs://b/7.err, 4.9 KiB in all -----",
-        "Traceback",
-        "ValueError: nan",
+        "[job 7 stderr] Traceback",
+        "[job 7 stderr] ValueError: nan",
         "----- end of Slurm job 7 stderr -----",
     ]
     out = OutputTail("7", "stdout", "gs://b/7.out", text="epoch 1", size=8)
-    assert error_excerpt([out, tail]).endswith("(gs://b/7.err):\nTraceback\nValueError: nan")
-    assert error_excerpt([out]).endswith("epoch 1")
+    assert error_excerpt([out, tail]).endswith(
+        "(gs://b/7.err):\n[job 7 stderr] Traceback\n[job 7 stderr] ValueError: nan"
+    )
+    assert error_excerpt([out]).endswith("\n[job 7 stdout] epoch 1")
     assert error_excerpt([OutputTail("7", "stderr", "x", problem="missing")]) == ""
     assert (
         OutputTail("7", "stdout", "/x.out", problem="written to /x.out").frame()
@@ -245,3 +249,21 @@ def test_a_file_that_appears_late_is_waited_for(tmp_path: Path) -> None:
     finally:
         late.cancel()
     assert (tail.text, tail.problem) == ("done", None)
+
+
+def test_job_lines_are_inert_cut_and_prefixed() -> None:
+    text = "a\x1b[2Jb\rc\x08\x9b\u202e\td\r\n" + "x" * 4005 + "\n\u2028z"
+    assert job_lines(text, "[job 1 stdout] ") == [
+        "[job 1 stdout] a\\x1b[2Jb\\rc\\x08\\x9b\\u202e\td",  # a line's own CRLF ending is dropped, tabs stay
+        "[job 1 stdout] " + "x" * 4000 + " [... 5 more characters not shown]",
+        "[job 1 stdout] \\u2028z",
+    ]
+    assert visible("ok\nnext") == "ok\\nnext"  # for one-line values: paths, problems
+
+
+def test_a_single_line_longer_than_the_read_keeps_its_end_with_a_note() -> None:
+    assert last_lines(b"yyyy\n", lines=5, started_mid_file=True) == (
+        "yyyy",
+        "the first line shown is the end of a line longer than the 5 bytes read",
+    )
+    assert last_lines(b"a\rb\nc", lines=5, started_mid_file=False) == ("a\rb\nc", None)  # \r stays in its line
