@@ -224,9 +224,10 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
         )
         return staged.wrapper
 
-    def read_object(self, location: str, wait: float) -> bytes:
-        """A whole object at the output location (``gs://`` or ``file://``), waited for up to ``wait`` s."""
-        return self._object_store().read(location, wait)
+    def read_object(self, location: str, wait: float, max_bytes: int) -> bytes:
+        """A whole object at the output location (``gs://`` or ``file://``), waited for up to ``wait`` s;
+        ``ObjectTooLargeError``, before it is read, if it is larger than ``max_bytes``."""
+        return self._object_store().read(location, wait, max_bytes)
 
     def _object_store(self) -> ObjectStore:
         from airflow_provider_slurmapi.hooks.object_store import ObjectStore
