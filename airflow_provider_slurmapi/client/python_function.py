@@ -209,7 +209,8 @@ class FunctionOutcome:
             raise UntrustedResultError(location, "it is not signed as a @task.slurm_python runner signs its result")
         if signed["job_id"] != job_id:
             raise UntrustedResultError(
-                location, f"it was written by Slurm job {signed['job_id']}, not by job {job_id} whose result it stands for"
+                location,
+                f"it was written by Slurm job {signed['job_id']}, not by job {job_id} whose result it stands for",
             )
         if key is None:
             raise UntrustedResultError(

@@ -118,7 +118,7 @@ class JobIdRecord:
         never stand for this round's job, even if this try fails before recording its own. (The
         task state store is read as ever: the job this try submits replaces its value.)
         """
-        if self._store is None and self.ti.try_number <= 1:  # nothing recorded yet: spare the secrets backends a lookup
+        if self._store is None and self.ti.try_number <= 1:  # nothing recorded yet: spare the backends a lookup
             self._known = True
             return None
         if self._store is None and afresh:
@@ -137,7 +137,10 @@ class JobIdRecord:
     def _load(self, otherwise: str) -> bool:
         """Read the record into ``_recorded`` and ``_result_key``; False (logged) if it cannot be read."""
         try:
-            value = self._store.get(STATE_STORE_KEY) if self._store is not None else _variables().get(self.variable, None)
+            if self._store is not None:
+                value = self._store.get(STATE_STORE_KEY)
+            else:
+                value = _variables().get(self.variable, None)
         except Exception as error:
             log.warning("Cannot read %s (%s): %s", self.where, otherwise, error)
             return False

@@ -206,7 +206,9 @@ def test_a_writer_who_edits_the_value_inside_a_genuine_result_does_not_choose_th
 def test_a_genuine_result_of_an_earlier_dag_run_replayed_in_place_of_this_jobs_is_refused(output: Output) -> None:
     _, earlier = genuine_result(output, TaskRun(), "the earlier run's value")
     operator = task_try(returns, "this run's value")
-    attacked_after_the_job(operator, lambda job_id: output.write(output.result_of(job_id), with_job_id(earlier, job_id)))
+    attacked_after_the_job(
+        operator, lambda job_id: output.write(output.result_of(job_id), with_job_id(earlier, job_id))
+    )
     with pytest.raises(Exception) as failure:
         operator.execute(TaskRun().context())
     refused(failure.value, output, operator.job_id, "its signature does not match")

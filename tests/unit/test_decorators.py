@@ -103,7 +103,8 @@ def test_slurm_python_submits_the_function_and_returns_its_value() -> None:
     assert "@task.slurm_python: train() from" in script and "exec /opt/venv/bin/python - <<" in script
     assert args[0]["standard_output"] == "/mnt/out/dag/run1/task/try-1/%j.out"  # the result is written beside it
     # the key is in the job's environment (Slurm's default PATH kept), never in the script
-    assert args[0]["environment"][-1] == f"{RESULT_KEY_VARIABLE}={KEY}" and args[0]["environment"][0].startswith("PATH=")
+    environment = args[0]["environment"]
+    assert environment[-1] == f"{RESULT_KEY_VARIABLE}={KEY}" and environment[0].startswith("PATH=")
     assert KEY not in script
 
 

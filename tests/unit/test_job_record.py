@@ -133,7 +133,9 @@ def test_the_task_state_store_keeps_the_key_with_the_job_id(variables: FakeVaria
     assert retry.read() == "42" and retry.result_key_of("42") == RESULT_KEY
 
 
-def test_a_bad_recorded_value_is_logged_without_the_key(variables: FakeVariables, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_bad_recorded_value_is_logged_without_the_key(
+    variables: FakeVariables, caplog: pytest.LogCaptureFixture
+) -> None:
     variables.values[NAME] = json.dumps({"job_id": "4 2", "result_key": RESULT_KEY})
     assert record(try_number=2).read() is None
     assert "not a Slurm job ID" in caplog.text and RESULT_KEY not in caplog.text
