@@ -257,3 +257,12 @@ def reply_shape(body: Any) -> str:
 
 class BulkStateQueryUnsupported(SlurmJobApiError):
     """The API refused a query string in ``path`` (undocumented either way): poll job by job."""
+
+
+class UntrustedResultError(SlurmJobApiError):
+    """What the output location holds as a job's result is not taken: it is not what that job wrote
+    (forged, changed, another job's), or it cannot be checked."""
+
+    def __init__(self, location: str, why: str) -> None:
+        super().__init__(f"{location} is refused: {why}")
+        self.location = location

@@ -4,35 +4,54 @@ exception with the cluster-side traceback.
 
 Arguments and the return value travel as JSON. The job writes its outcome to
 ``{result folder}/{job ID}.return.json`` under ``output_cluster_path``, where Airflow reads it at
-``output_uri``. No I/O and no Airflow import here.
+``output_uri``. Whoever may write that location could write that file too, so the runner signs
+what it writes: an HMAC-SHA256, under a random key of the try that submitted the job, of the job ID
+and the outcome. The key travels in the job's environment (which Slurm shows only to the job's
+owner and administrators), not in the script, which may be staged where others read it; the
+runner takes it out of the environment before the function runs. Airflow keeps the key with the
+job ID (``JobIdRecord``) and takes a result only if its signature is the one that key makes
+(``FunctionOutcome.verified``). No I/O and no Airflow import here.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import inspect
 import json
 import re
+import secrets
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_slurmapi.client.errors import InvalidRequestError
+from airflow_provider_slurmapi.client.errors import InvalidRequestError, UntrustedResultError
+from airflow_provider_slurmapi.client.job_description import DEFAULT_ENVIRONMENT
 
 RESULT_SUFFIX = ".return.json"
+RESULT_KEY_VARIABLE = "SLURM_PYTHON_RESULT_KEY"  # the job's environment variable holding the try's key
+# A result is read with this cap: it becomes an XCom, kept in Airflow's metadata database, which is
+# not a place for bulk data (pass a path to it instead).
+MAX_RESULT_BYTES = 16 * 1024 * 1024
+_SIGNED = "airflow-provider-slurmapi function result v1\n{job_id}\n"  # what the signature covers, then the outcome
 _COMMAND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 # Runs on the cluster under the task's interpreter: any Python 3 with only the standard library.
 _RUNNER = r"""
-import base64, json, linecache, os, sys, traceback
+import base64, hashlib, hmac, json, linecache, os, sys, traceback
 task = json.loads(base64.b64decode(PAYLOAD))
-result = os.path.join(task["result_folder"], os.environ.get("SLURM_JOB_ID", "unknown") + task["suffix"])
+key = os.environ.pop(task["key_variable"], "")  # not seen by the function, nor by what it starts
+job_id = os.environ.get("SLURM_JOB_ID", "unknown")
+result = os.path.join(task["result_folder"], job_id + task["suffix"])
 
 def write(outcome):
+    signed = (task["signed"].format(job_id=job_id) + outcome).encode()
+    mac = hmac.new(key.encode(), signed, hashlib.sha256).hexdigest()
     os.makedirs(task["result_folder"], exist_ok=True)
     with open(result + ".partial", "w") as file:
-        file.write(outcome)
+        json.dump({"job_id": job_id, "outcome": outcome, "mac": mac}, file)
     os.replace(result + ".partial", result)
 
 try:
@@ -125,6 +144,8 @@ def function_script(
         "arguments": encode_arguments(args, kwargs),
         "result_folder": result_folder,
         "suffix": RESULT_SUFFIX,
+        "key_variable": RESULT_KEY_VARIABLE,
+        "signed": _SIGNED,
     }
     payload = base64.b64encode(json.dumps(task).encode()).decode()
     return (
@@ -135,6 +156,28 @@ def function_script(
         f"{_RUNNER.strip()}\n"
         "__SLURM_PYTHON_TASK__\n"
     )
+
+
+def new_result_key() -> str:
+    """A try's key to its job's result: random, 256 bits."""
+    return secrets.token_hex(32)
+
+
+def with_result_key(job: dict[str, Any], key: str) -> dict[str, Any]:
+    """The job description with ``key`` in the job's environment (Slurm's defaults kept when the
+    description sets none)."""
+    environment = job.get("environment")
+    if isinstance(environment, dict):
+        return {**job, "environment": {**environment, RESULT_KEY_VARIABLE: key}}
+    given = list(DEFAULT_ENVIRONMENT) if environment is None else [str(item) for item in environment]
+    kept = [item for item in given if item.partition("=")[0] != RESULT_KEY_VARIABLE]
+    return {**job, "environment": [*kept, f"{RESULT_KEY_VARIABLE}={key}"]}
+
+
+def result_signature(key: str, job_id: str, outcome: str) -> str:
+    """What the runner of ``job_id``'s job, given ``key``, signs ``outcome`` with."""
+    signed = (_SIGNED.format(job_id=job_id) + outcome).encode()
+    return hmac.new(key.encode(), signed, hashlib.sha256).hexdigest()
 
 
 class RemoteFunctionError(Exception):
@@ -153,10 +196,41 @@ class FunctionOutcome:
     error: dict[str, str] | None = None
 
     @classmethod
+    def verified(cls, data: bytes, location: str, *, job_id: str, key: str | None) -> FunctionOutcome:
+        """The outcome in ``data``, the object at ``location``, if it provably is what the runner of
+        Slurm job ``job_id`` wrote, given its try's ``key``; else ``UntrustedResultError``, naming
+        the object and why (nothing of it is taken)."""
+        try:
+            signed = json.loads(data)
+        except (ValueError, RecursionError):
+            signed = None
+        fields = ("job_id", "outcome", "mac")
+        if not (isinstance(signed, dict) and all(isinstance(signed.get(name), str) for name in fields)):
+            raise UntrustedResultError(location, "it is not signed as a @task.slurm_python runner signs its result")
+        if signed["job_id"] != job_id:
+            raise UntrustedResultError(
+                location,
+                f"it was written by Slurm job {signed['job_id']}, not by job {job_id} whose result it stands for",
+            )
+        if key is None:
+            raise UntrustedResultError(
+                location,
+                f"the key of the try that submitted Slurm job {job_id} was not recorded (that try ended before "
+                "its record was written), so the result cannot be checked; clear the task to run the job afresh",
+            )
+        if not hmac.compare_digest(signed["mac"], result_signature(key, job_id, signed["outcome"])):
+            raise UntrustedResultError(
+                location,
+                "its signature does not match: it was changed, or written by something other than this task "
+                "run's job (another try or run, or anyone who can write the output location)",
+            )
+        return cls.parse(signed["outcome"].encode(), location)
+
+    @classmethod
     def parse(cls, data: bytes, location: str) -> FunctionOutcome:
         try:
             outcome = json.loads(data)
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:
             raise ValueError(f"{location} is not the JSON a @task.slurm_python job writes: {error}") from error
         if isinstance(outcome, dict) and "return_value" in outcome:
             return cls(value=outcome["return_value"])

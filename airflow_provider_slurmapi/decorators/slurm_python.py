@@ -5,7 +5,10 @@ The function's source and JSON arguments travel in the batch script (staged unde
 location when past the request limit); the job writes the return value, or the exception with
 its traceback, next to its output in its try's folder, where the task reads it: the folder its
 record's output path names, so that a retry that reattaches to, or adopts, an earlier try's job
-reads what that job wrote. Importing this module stays cheap.
+reads what that job wrote. What it reads is taken only if it is signed with the key of the try
+that submitted the job (a fresh one per try, in the job's environment, kept in the job's record):
+anyone who may write the output location may write that file too. Importing this module stays
+cheap.
 """
 
 from __future__ import annotations
@@ -13,23 +16,32 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.common.compat.sdk import AirflowException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
-from airflow_provider_slurmapi.client.errors import InvalidRequestError
+from airflow_provider_slurmapi.client.errors import InvalidRequestError, UntrustedResultError
+from airflow_provider_slurmapi.client.numbers import checked_number
 from airflow_provider_slurmapi.client.output import Stream, output_files
 from airflow_provider_slurmapi.client.python_function import (
+    MAX_RESULT_BYTES,
     RESULT_SUFFIX,
     FunctionOutcome,
     check_python,
     function_script,
+    new_result_key,
+    with_result_key,
 )
+from airflow_provider_slurmapi.client.submission import Outcome
 from airflow_provider_slurmapi.decorators.slurm import SlurmDecoratedOperator, decorator_of
+from airflow_provider_slurmapi.hooks.object_store import ObjectTooLargeError
 from airflow_provider_slurmapi.operators.job import own_output_paths
+from airflow_provider_slurmapi.version_compat import mask_secret
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context, TaskDecorator
 
     from airflow_provider_slurmapi.client.jobs import JobStatus
+    from airflow_provider_slurmapi.client.submission import Submission
+    from airflow_provider_slurmapi.operators.job_record import JobIdRecord
 
 
 class _SlurmPythonDecoratedOperator(SlurmDecoratedOperator):
@@ -37,6 +49,8 @@ class _SlurmPythonDecoratedOperator(SlurmDecoratedOperator):
 
     :param python: the interpreter on the cluster's nodes: an absolute path (a virtual
         environment's ``bin/python``) or a command name on the job's ``PATH``.
+    :param max_result_bytes: the largest result object the task reads (default 16 MiB); a larger
+        one fails the task unread. The return value becomes an XCom: return a path for bulk data.
     """
 
     custom_operator_name: str = "@task.slurm_python"
@@ -48,9 +62,12 @@ class _SlurmPythonDecoratedOperator(SlurmDecoratedOperator):
         op_args: Collection[Any] | None = None,
         op_kwargs: Mapping[str, Any] | None = None,
         python: str = "python3",
+        max_result_bytes: int = MAX_RESULT_BYTES,
         **kwargs: Any,
     ) -> None:
         self.python = check_python(python)
+        self.max_result_bytes = int(checked_number("max_result_bytes", max_result_bytes, low=1, whole=True))
+        self._result_keys: dict[str, str | None] = {}  # job ID -> the key its result is signed with
         if isinstance(kwargs.get("job"), dict) and "array" in kwargs["job"]:
             raise InvalidRequestError(
                 "job.array", "@task.slurm_python runs one call per job: map the task with .expand"
@@ -58,6 +75,11 @@ class _SlurmPythonDecoratedOperator(SlurmDecoratedOperator):
         super().__init__(python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs, **kwargs)
 
     def execute(self, context: Context) -> Any:
+        # a fresh key for the job this try may submit, in its environment, not its script (which
+        # may be staged where others read it); the record keeps it with the job ID for later tries
+        self._new_key = new_result_key()
+        mask_secret(self._new_key)
+        self.job = with_result_key(self.job, self._new_key)
         # the script is code and data, not a template: it is set after the fields were rendered
         self.script = function_script(
             self.python_callable,
@@ -79,16 +101,39 @@ class _SlurmPythonDecoratedOperator(SlurmDecoratedOperator):
         ti = context["ti"]
         return settings.per_try_folder(ti.dag_id, ti.run_id, ti.task_id, getattr(ti, "map_index", -1), ti.try_number)
 
+    def _result_key(self, submission: Submission, record: JobIdRecord) -> str | None:
+        """This try's key for the job it submitted; an earlier try's job's, as its record keeps it."""
+        if submission.outcome == Outcome.SUBMITTED:
+            key: str | None = self._new_key
+        else:
+            key = record.result_key_of(submission.job_id)
+        self._result_keys[submission.job_id] = key
+        return key
+
     def _finish(self, context: Context, status: JobStatus) -> Any:
-        """The function's return value; its exception, with the cluster-side traceback, if it raised."""
+        """The function's return value; its exception, with the cluster-side traceback, if it raised.
+
+        A result that is not provably the job's (or too large to read) is refused: the task fails
+        naming it, and is not retried (a retry would read the same object)."""
         name = self.python_callable.__name__
-        outcome = self._read_outcome(context, status)
+        refused: UntrustedResultError | ValueError | None = None
+        try:
+            outcome = self._read_outcome(context, status)
+        except (UntrustedResultError, ObjectTooLargeError) as error:
+            outcome, refused = None, error
         try:  # a failure names the state and exit code, and ends with the traceback in the job's stderr
             super()._finish(context, status)
         except AirflowException as failure:
-            if outcome is not None and outcome.error is not None:
+            if refused is not None:
+                self.log.warning("Slurm job %s failed; %s", status.job_id, refused)
+            elif outcome is not None and outcome.error is not None:
                 raise outcome.remote_error(name, status.job_id) from failure
             raise
+        if refused is not None:
+            raise AirflowFailException(
+                f"Slurm job {status.job_id} completed, but {name}()'s return value is not taken (the task is not "
+                f"retried: a retry would read the same object): {refused}"
+            ) from refused
         if outcome is None or outcome.error is not None:
             raise AirflowException(f"Slurm job {status.job_id} completed but {name}() left no return value")
         return outcome.value
@@ -98,11 +143,20 @@ class _SlurmPythonDecoratedOperator(SlurmDecoratedOperator):
         location = self.output_settings.location_of(f"{folder}/{status.job_id}{RESULT_SUFFIX}")
         assert location is not None  # the folder is under output_cluster_path
         try:
-            data = self.hook.read_object(location, wait=self.output_settings.wait, within=self.output_settings.uri)
+            data = self.hook.read_object(
+                location,
+                wait=self.output_settings.wait,
+                max_bytes=self.max_result_bytes,
+                within=self.output_settings.uri,
+            )
         except FileNotFoundError as error:
             self.log.warning("%s: the job ended without writing its outcome", error)
             return None
-        return FunctionOutcome.parse(data, location)
+        if status.job_id in self._result_keys:
+            key = self._result_keys[status.job_id]
+        else:  # a try resumed from the triggerer, or a new process: the record keeps the key
+            key = self._job_record(context).result_key_of(status.job_id)
+        return FunctionOutcome.verified(data, location, job_id=status.job_id, key=key)
 
     def _job_result_folder(self, context: Context, job_id: str) -> str:
         """Where the job wrote its outcome: the folder of the try that submitted it, which its
@@ -142,6 +196,7 @@ def slurm_python_task(
     *,
     job: dict[str, Any] | None = None,
     python: str | None = None,
+    max_result_bytes: int | None = None,
     deferrable: bool | None = None,
     poll_interval: float | None = None,
     timeout: float | None = None,
@@ -153,13 +208,15 @@ def slurm_python_task(
 ) -> TaskDecorator:
     """Run a Python function on the cluster as a Slurm job (``@task.slurm_python``).
 
-    ``python`` is the interpreter on the nodes (default ``python3``); every argument of
+    ``python`` is the interpreter on the nodes (default ``python3``); ``max_result_bytes`` the
+    largest result object read (default 16 MiB); every argument of
     :class:`~airflow_provider_slurmapi.operators.job.SlurmSubmitJobOperator` but ``script`` is
     taken (None: the operator's default). The function's return value is the task's XCom.
     """
     given = dict(
         job=job,
         python=python,
+        max_result_bytes=max_result_bytes,
         deferrable=deferrable,
         poll_interval=poll_interval,
         timeout=timeout,

@@ -15,7 +15,7 @@ from airflow_provider_slurmapi.hooks.shared_files import open_within
 
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
-    from google.cloud.storage import Blob, Client
+    from google.cloud.storage import Blob, Bucket, Client
 
 
 class ObjectStore:
@@ -55,36 +55,48 @@ class ObjectStore:
             ) from error
         return True
 
-    def read(self, location: str, wait: float, *, within: str | None = None) -> bytes:
+    def read(self, location: str, wait: float, max_bytes: int, *, within: str | None = None) -> bytes:
         """The whole object, waited for up to ``wait`` seconds (a FUSE mount publishes a file when
-        the job closes it); FileNotFoundError if it is not there then.
+        the job closes it); FileNotFoundError if it is not there then, ObjectTooLargeError if it
+        is larger than ``max_bytes`` (then at most ``max_bytes + 1`` bytes of it are read).
 
         ``within``: for a ``file://`` location, the output folder (``output_uri``) it must be
         reached in without a link (``UnsafeOutputPath`` otherwise); its own folder if None.
         """
         deadline = time.monotonic() + wait
         while True:
-            data = self._read(location, within)
+            data = self._read(location, max_bytes, within)
             if data is not None:
+                if len(data) > max_bytes:  # it grew between the read of its size and its own
+                    raise ObjectTooLargeError(location, None, max_bytes)
                 return data
             if time.monotonic() >= deadline:
                 raise FileNotFoundError(f"{location} was not found" + (f" after waiting {wait:g} s" if wait else ""))
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
-    def _read(self, location: str, within: str | None) -> bytes | None:
+    def _read(self, location: str, max_bytes: int, within: str | None) -> bytes | None:
         parts = urlsplit(location)
         if parts.scheme == "file":
             path = unquote(parts.path)
             root = unquote(urlsplit(within).path) if within else os.path.dirname(path)
             try:
                 with open_within(root, path) as file:
-                    return file.read()
+                    size = os.fstat(file.fileno()).st_size
+                    if size > max_bytes:
+                        raise ObjectTooLargeError(location, size, max_bytes)
+                    return file.read(max_bytes + 1)
             except FileNotFoundError:
                 return None
         from google.api_core.exceptions import Forbidden, NotFound
 
         try:
-            return bytes(self._blob(location).download_as_bytes())
+            blob = self._bucket(location).get_blob(self._name(location))
+            if blob is None:
+                return None
+            if blob.size is not None and blob.size > max_bytes:
+                raise ObjectTooLargeError(location, blob.size, max_bytes)
+            # end is inclusive: one byte past the cap tells an object that grew since
+            return bytes(blob.download_as_bytes(start=0, end=max_bytes))
         except NotFound:
             return None
         except Forbidden as error:
@@ -94,7 +106,22 @@ class ObjectStore:
             ) from error
 
     def _blob(self, location: str) -> Blob:
-        parts = urlsplit(location)
+        return self._bucket(location).blob(self._name(location))
+
+    def _bucket(self, location: str) -> Bucket:
         if self._client is None:
             self._client = self._gcs_hook().get_conn()
-        return self._client.bucket(parts.netloc).blob(unquote(parts.path.lstrip("/")))
+        return self._client.bucket(urlsplit(location).netloc)
+
+    @staticmethod
+    def _name(location: str) -> str:
+        return unquote(urlsplit(location).path.lstrip("/"))
+
+
+class ObjectTooLargeError(ValueError):
+    """An object past the size Airflow reads of it."""
+
+    def __init__(self, location: str, size: int | None, max_bytes: int) -> None:
+        size_text = f"{size:,} bytes" if size is not None else f"more than {max_bytes:,} bytes"
+        super().__init__(f"{location} is {size_text}, more than the {max_bytes:,} bytes Airflow reads of it")
+        self.location, self.size, self.max_bytes = location, size, max_bytes

@@ -253,12 +253,13 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
         )
         return staged.wrapper
 
-    def read_object(self, location: str, wait: float, *, within: str | None = None) -> bytes:
-        """A whole object at the output location (``gs://`` or ``file://``), waited for up to ``wait`` s.
+    def read_object(self, location: str, wait: float, max_bytes: int, *, within: str | None = None) -> bytes:
+        """A whole object at the output location (``gs://`` or ``file://``), waited for up to ``wait`` s;
+        ``ObjectTooLargeError``, before it is read, if it is larger than ``max_bytes``.
 
         ``within``: the ``output_uri`` a ``file://`` location is under; no link is followed below it.
         """
-        return self._object_store().read(location, wait, within=within)
+        return self._object_store().read(location, wait, max_bytes, within=within)
 
     def _object_store(self) -> ObjectStore:
         from airflow_provider_slurmapi.hooks.object_store import ObjectStore

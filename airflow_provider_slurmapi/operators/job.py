@@ -226,7 +226,7 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
             since=dag_run_start_bound(context),
         )
         self.job_id = submission.job_id
-        record.write(self.job_id)
+        record.write(self.job_id, self._result_key(submission, record))
         cluster = self.hook.cluster.cluster_id
         self.log.info("Slurm job %s on cluster %s: %s (%s)", self.job_id, cluster, submission.outcome, key)
         ti.xcom_push(key="job_id", value=self.job_id)
@@ -236,6 +236,10 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
                 context, self.output_settings.location_of(expand_pattern(job["standard_output"], job_id=self.job_id))
             )
         return submission
+
+    def _result_key(self, submission: Submission, record: JobIdRecord) -> str | None:
+        """The key to the job's result, recorded with its ID (``@task.slurm_python``); a plain job has none."""
+        return None
 
     def _may_adopt_completed_job(self, ti: TaskTry) -> bool:
         if self.reuse_completed_job is ReuseCompletedJob.ON_RETRY:

@@ -16,10 +16,17 @@ the job ID is recorded as soon as Slurm answers the submit, before the try waits
 The ID is only a lead: ``submit_once`` takes the job it names only if the cluster shows that job is
 the task run's. A record that cannot be read or written is logged, never fails the task: the key is
 still looked for.
+
+Beside the ID, the same write keeps the key to its job's result (``@task.slurm_python``: the try's
+key its runner signs the result with), so that a retry that reattaches to, or adopts, that job can
+check what it wrote. The value is then ``{"job_id": ..., "result_key": ...}`` (JSON text in a
+Variable); a plain job ID, as earlier versions wrote it, still reads. The key is registered with
+Airflow's secrets masker wherever it is read or written, and never logged.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +36,7 @@ from airflow.providers.common.compat.sdk import TaskDeferred
 
 from airflow_provider_slurmapi.client.paths import validate_job_id
 from airflow_provider_slurmapi.client.submission import KEY_PREFIX
+from airflow_provider_slurmapi.version_compat import mask_secret
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +69,20 @@ def _text(value: object) -> str | None:
     return str(value) if value not in (None, "") else None
 
 
+def _entry(value: object) -> tuple[str | None, str | None]:
+    """(job ID, result key) of a recorded value: a plain ID, or the JSON object (a dict in the task
+    state store, its text in a Variable) that carries a result key too."""
+    if isinstance(value, str) and value.startswith("{"):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None, None
+    if isinstance(value, dict):
+        key = value.get("result_key")
+        return _text(value.get("job_id")), key if isinstance(key, str) and key else None
+    return _text(value), None
+
+
 def _job_id(value: str | None, where: str) -> str | None:
     """The recorded value if it is a job ID; anything else (an edited Variable) is not a lead."""
     if value is None:
@@ -68,7 +90,7 @@ def _job_id(value: str | None, where: str) -> str | None:
     try:
         return str(validate_job_id(value))
     except ValueError:
-        log.warning("%s holds %r, not a Slurm job ID: ignored", where, value)
+        log.warning("%s holds %r, not a Slurm job ID: ignored", where, value[:40])
         return None
 
 
@@ -81,6 +103,7 @@ class JobIdRecord:
         self.key = key
         self.variable = VARIABLE_PREFIX + key.removeprefix(KEY_PREFIX)
         self._recorded: str | None = None
+        self._result_key: str | None = None  # recorded with _recorded
         self._known = False  # whether _recorded is what the Variable holds (else: unknown, resumed try)
 
     @property
@@ -95,27 +118,49 @@ class JobIdRecord:
         never stand for this round's job, even if this try fails before recording its own. (The
         task state store is read as ever: the job this try submits replaces its value.)
         """
-        if self._store is not None:
-            return _job_id(_text(self._store.get(STATE_STORE_KEY)), self.where)
-        if self.ti.try_number <= 1:  # nothing recorded yet: spare the secrets backends a lookup
+        if self._store is None and self.ti.try_number <= 1:  # nothing recorded yet: spare the backends a lookup
             self._known = True
             return None
-        if afresh:
+        if self._store is None and afresh:
             self.forget()
             return None
-        try:
-            self._recorded, self._known = _text(_variables().get(self.variable, None)), True
-        except Exception as error:
-            log.warning("Cannot read %s (the earlier job is looked for by its key only): %s", self.where, error)
+        if not self._load("the earlier job is looked for by its key only"):
             return None
         return _job_id(self._recorded, self.where)
 
-    def write(self, job_id: str) -> None:
-        """Record ``job_id`` for the next tries (nothing to do when it is the one already recorded)."""
+    def result_key_of(self, job_id: str) -> str | None:
+        """The result key recorded with ``job_id``; None if none was, or the record names another job."""
+        if not self._known:
+            self._load("its result cannot be checked")
+        return self._result_key if self._recorded == job_id else None
+
+    def _load(self, otherwise: str) -> bool:
+        """Read the record into ``_recorded`` and ``_result_key``; False (logged) if it cannot be read."""
+        try:
+            if self._store is not None:
+                value = self._store.get(STATE_STORE_KEY)
+            else:
+                value = _variables().get(self.variable, None)
+        except Exception as error:
+            log.warning("Cannot read %s (%s): %s", self.where, otherwise, error)
+            return False
+        self._recorded, self._result_key = _entry(value)
+        self._known = self._store is None  # the task state store is read each time, as ever
+        if self._result_key is not None:
+            mask_secret(self._result_key)
+        return True
+
+    def write(self, job_id: str, result_key: str | None = None) -> None:
+        """Record ``job_id``, and the key to its result if it has one, for the next tries (nothing
+        to do when they are what is already recorded)."""
+        if result_key is not None:
+            mask_secret(result_key)
+        entry = {"job_id": job_id, "result_key": result_key} if result_key is not None else None
         if self._store is not None:
-            self._store.set(STATE_STORE_KEY, job_id)
+            self._store.set(STATE_STORE_KEY, entry or job_id)
+            self._recorded, self._result_key = job_id, result_key
             return
-        if self._known and job_id == self._recorded:
+        if self._known and (job_id, result_key) == (self._recorded, self._result_key):
             return
         ti = self.ti
         description = (
@@ -123,7 +168,7 @@ class JobIdRecord:
             "task run ends (airflow-provider-slurmapi)"
         )
         try:
-            _variables().set(self.variable, job_id, description=description)
+            _variables().set(self.variable, json.dumps(entry) if entry else job_id, description=description)
         except Exception as error:
             self._known = False
             log.warning(
@@ -133,7 +178,7 @@ class JobIdRecord:
                 error,
             )
             return
-        self._recorded, self._known = job_id, True
+        self._recorded, self._result_key, self._known = job_id, result_key, True
 
     def forget(self) -> None:
         """Delete the Variable, if there may be one (the task state store is Airflow's to keep)."""
@@ -144,7 +189,7 @@ class JobIdRecord:
         except Exception as error:
             log.warning("Cannot delete %s (it is left behind, unused): %s", self.where, error)
             return
-        self._recorded, self._known = None, True
+        self._recorded, self._result_key, self._known = None, None, True
 
     @contextmanager
     def kept_until_over(self, retries: int | None) -> Iterator[JobIdRecord]:

@@ -1,6 +1,8 @@
 """@task.slurm_python across tries: a retry that reattaches to, or adopts, an earlier try's job
 returns the value that job's function returned. The emulator runs the function for real and the
-task reads its outcome from the output location, as on a cluster with a shared filesystem."""
+task reads its outcome from the output location, as on a cluster with a shared filesystem. The
+retry checks that outcome with the key of the try that submitted the job, which that try kept with
+the job ID in the task run's record (here Airflow 3.3's task state store)."""
 
 from __future__ import annotations
 
@@ -49,16 +51,30 @@ def fails_the_first_time(marker: str) -> str:
     return "second job"
 
 
+class TaskStateStore:
+    """Airflow 3.3's ``context["task_state_store"]``: kept across the tries of one task run."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: Any) -> None:
+        self.values[key] = value
+
+
 class TaskRun:
     """One task run's tries, numbered as Airflow numbers automatic retries."""
 
     def __init__(self, map_index: int = -1) -> None:
         self.run_id, self.map_index = f"manual__{uuid.uuid4()}", map_index
+        self.store = TaskStateStore()
 
     def context(self, try_number: int) -> dict[str, Any]:
         ti = RecordingTaskInstance(try_number=try_number, retries=RETRIES, run_id=self.run_id)
         ti.map_index = self.map_index
-        return {"ti": ti}
+        return {"ti": ti, "task_state_store": self.store}
 
     def jobs(self) -> list[str]:
         key = submission_key("operator_tests", "t", self.run_id, self.map_index)

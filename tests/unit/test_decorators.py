@@ -14,12 +14,14 @@ from airflow_provider_slurmapi.client.errors import InvalidRequestError
 from airflow_provider_slurmapi.client.jobs import RecordSource
 from airflow_provider_slurmapi.client.operations import JobRecords
 from airflow_provider_slurmapi.client.output import OutputSettings
-from airflow_provider_slurmapi.client.python_function import RemoteFunctionError
-from airflow_provider_slurmapi.client.submission import Outcome, Submission
+from airflow_provider_slurmapi.client.python_function import RESULT_KEY_VARIABLE, RemoteFunctionError, result_signature
+from airflow_provider_slurmapi.client.submission import Outcome, Submission, submission_key
+from airflow_provider_slurmapi.decorators import slurm_python
 from airflow_provider_slurmapi.decorators.slurm import slurm_task
 from airflow_provider_slurmapi.decorators.slurm_python import slurm_python_task
 from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
-from tests.unit.task_fakes import FakeTI, ctx, status
+from airflow_provider_slurmapi.operators.job_record import JobIdRecord
+from tests.unit.task_fakes import FakeTI, FakeVariables, ctx, status
 from tests.unit.test_operators import FakeHook
 
 try:
@@ -30,6 +32,18 @@ except ImportError:  # Airflow 2.x
 
 SETTINGS = OutputSettings(uri="gs://bucket/airflow", cluster_path="/mnt/out")
 RESULT = "gs://bucket/airflow/dag/run1/task/try-1/42.return.json"
+KEY = "0f" * 32  # the key each try draws, made known here
+
+
+@pytest.fixture(autouse=True)
+def known_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(slurm_python, "new_result_key", lambda: KEY)
+
+
+def signed(outcome: dict[str, Any], job_id: str = "42", key: str = KEY) -> bytes:
+    """A result as the runner of ``job_id``'s job writes it, given its try's ``key``."""
+    text = json.dumps(outcome)
+    return json.dumps({"job_id": job_id, "outcome": text, "mac": result_signature(key, job_id, text)}).encode()
 
 
 def operator(decorator: Any, function: Any, *args: Any, hook: FakeHook | None = None, **kwargs: Any) -> Any:
@@ -48,7 +62,7 @@ def test_the_decorators_arguments_are_the_operators(decorator: Any) -> None:
     """The arguments an editor shows are the operator's, so they cannot drift apart."""
     named = [name for name in inspect.signature(decorator).parameters if name not in ("python_callable", "kwargs")]
     accepted = {name for cls in SlurmSubmitJobOperator.__mro__ for name in inspect.signature(cls.__init__).parameters}
-    assert set(named) - accepted - {"multiple_outputs", "python"} == set()
+    assert set(named) - accepted - {"multiple_outputs", "python", "max_result_bytes"} == set()
 
 
 def test_slurm_task_submits_the_script_its_function_returns_as_it_is() -> None:
@@ -80,7 +94,7 @@ def train(learning_rate: float, epochs: int = 1) -> dict[str, float]:
 
 def test_slurm_python_submits_the_function_and_returns_its_value() -> None:
     hook = FakeHook(settings=SETTINGS)
-    hook.objects[RESULT] = json.dumps({"return_value": {"loss": 0.5}}).encode()
+    hook.objects[RESULT] = signed({"return_value": {"loss": 0.5}})
     op = operator(slurm_python_task(job={}, deferrable=False, python="/opt/venv/bin/python"), train, 0.25, epochs=2)
     op.hook = hook
     assert op.execute(ctx()) == {"loss": 0.5}
@@ -88,12 +102,30 @@ def test_slurm_python_submits_the_function_and_returns_its_value() -> None:
     script = args[1]
     assert "@task.slurm_python: train() from" in script and "exec /opt/venv/bin/python - <<" in script
     assert args[0]["standard_output"] == "/mnt/out/dag/run1/task/try-1/%j.out"  # the result is written beside it
+    # the key is in the job's environment (Slurm's default PATH kept), never in the script
+    environment = args[0]["environment"]
+    assert environment[-1] == f"{RESULT_KEY_VARIABLE}={KEY}" and environment[0].startswith("PATH=")
+    assert KEY not in script
+
+
+def test_a_result_larger_than_the_cap_fails_the_task_unread() -> None:
+    hook = FakeHook(settings=SETTINGS)
+    hook.objects[RESULT] = signed({"return_value": "x" * 100})
+    op = operator(slurm_python_task(job={}, deferrable=False, max_result_bytes=64), train, 0.25, hook=hook)
+    with pytest.raises(AirflowException, match=rf"{RESULT} is \d+ bytes, more than the 64 bytes Airflow reads of it"):
+        op.execute(ctx())
+    assert [kwargs["max_bytes"] for _, kwargs in hook.named("read_object")] == [64]
+
+
+def test_a_max_result_bytes_that_is_no_positive_whole_number_is_refused_naming_it() -> None:
+    with pytest.raises(InvalidRequestError, match="^max_result_bytes"):
+        operator(slurm_python_task(job={}, max_result_bytes=0), train, 1.0)
 
 
 def test_an_exception_on_the_cluster_fails_the_task_with_it() -> None:
     hook = FakeHook(settings=SETTINGS, waited=status("FAILED", 1))
     error = {"type": "ValueError", "message": "diverged", "traceback": 'Traceback...\n  File "dag.py", line 9'}
-    hook.objects[RESULT] = json.dumps({"error": error}).encode()
+    hook.objects[RESULT] = signed({"error": error})
     op = operator(slurm_python_task(job={}, deferrable=False), train, 1.0, hook=hook)
     with pytest.raises(
         RemoteFunctionError, match=r"^train\(\) raised ValueError: diverged \(Slurm job 42\)$"
@@ -151,13 +183,45 @@ class RecordedHook(FakeHook):
         return JobRecords(RecordSource.ACCOUNTING, [{"job_id": int(job_id), "stdout_expanded": self.stdout}])
 
 
+def recorded_by_try_1(variables: FakeVariables, job_id: str, key: str | None) -> None:
+    """What try 1 recorded of the job it submitted."""
+    record = JobIdRecord(ctx(), submission_key("dag", "task", "run1", -1))
+    entry = {"job_id": job_id, "result_key": key} if key else job_id
+    variables.values[record.variable] = entry if isinstance(entry, str) else json.dumps(entry)
+
+
 @pytest.mark.parametrize("outcome", [Outcome.REATTACHED, Outcome.ADOPTED])
-def test_a_retry_reads_the_value_in_the_folder_of_the_try_that_submitted_the_job(outcome: Outcome) -> None:
+def test_a_retry_reads_the_value_in_the_folder_of_the_try_that_submitted_the_job(
+    outcome: Outcome, variables: FakeVariables
+) -> None:
+    earlier_key = "1a" * 32
+    recorded_by_try_1(variables, "42", earlier_key)
     hook = RecordedHook("/mnt/out/dag/run1/task/try-1/42.out", submission=Submission("42", outcome, status()))
-    hook.objects[RESULT] = json.dumps({"return_value": {"loss": 0.5}}).encode()  # try 1's folder
-    op = operator(slurm_python_task(job={}, deferrable=False), train, 0.25, hook=hook)
-    assert op.execute(ctx(FakeTI(try_number=2))) == {"loss": 0.5}
+    hook.objects[RESULT] = signed({"return_value": {"loss": 0.5}}, key=earlier_key)  # try 1's folder, try 1's key
+    op = operator(slurm_python_task(job={}, deferrable=False, retries=2), train, 0.25, hook=hook)
+    assert op.execute(ctx(FakeTI(try_number=2, max_tries=2))) == {"loss": 0.5}
     assert [args[0] for args, _ in hook.named("read_object")] == [RESULT]
+
+
+@pytest.mark.parametrize("recorded", [("42", None), ("41", "1a" * 32)], ids=["no key", "another job's"])
+def test_a_retry_whose_record_has_no_key_for_the_job_it_took_fails_naming_the_object(
+    recorded: tuple[str, str | None], variables: FakeVariables
+) -> None:
+    recorded_by_try_1(variables, *recorded)
+    hook = RecordedHook("/mnt/out/dag/run1/task/try-1/42.out", submission=Submission("42", Outcome.ADOPTED, status()))
+    hook.objects[RESULT] = signed({"return_value": {"loss": 0.5}}, key="1a" * 32)
+    op = operator(slurm_python_task(job={}, deferrable=False, retries=2), train, 0.25, hook=hook)
+    with pytest.raises(AirflowException, match=rf"{RESULT} is refused: the key of the try that submitted Slurm job 42"):
+        op.execute(ctx(FakeTI(try_number=2, max_tries=2)))
+
+
+def test_the_key_is_recorded_with_the_job_id_for_the_next_try(variables: FakeVariables) -> None:
+    hook = FakeHook(settings=SETTINGS, waited=status("FAILED", 1))  # the try fails: the record stays
+    op = operator(slurm_python_task(job={}, deferrable=False, retries=2), train, 0.25, hook=hook)
+    with pytest.raises(AirflowException):
+        op.execute(ctx(FakeTI(max_tries=2)))
+    [value] = variables.values.values()
+    assert json.loads(value) == {"job_id": "42", "result_key": KEY}
 
 
 @pytest.mark.parametrize(
@@ -182,7 +246,7 @@ def test_a_task_with_its_own_output_paths_reads_the_value_in_its_own_try_folder(
     """Its own paths say nothing of the try that submitted the job (a retry reads its own try's folder)."""
     hook = RecordedHook("/mnt/out/logs/42.out")
     own = "gs://bucket/airflow/dag/run1/task/try-2/42.return.json"
-    hook.objects[own] = json.dumps({"return_value": 3}).encode()
+    hook.objects[own] = signed({"return_value": 3})
     job = {"standard_output": "/mnt/out/logs/%j.out"}
     op = operator(slurm_python_task(job=job, deferrable=False), train, 0.25, hook=hook)
     assert op.execute(ctx(FakeTI(try_number=2))) == 3

@@ -107,10 +107,14 @@ class FakeHook:
         self._record("read_job_output", *args)
         return []
 
-    def read_object(self, location: str, wait: float, within: str | None = None) -> bytes:
-        self._record("read_object", location, wait)
+    def read_object(self, location: str, wait: float, max_bytes: int, within: str | None = None) -> bytes:
+        self._record("read_object", location, wait, max_bytes=max_bytes)
         if location not in self.objects:
             raise FileNotFoundError(f"{location} was not found")
+        if len(self.objects[location]) > max_bytes:
+            from airflow_provider_slurmapi.hooks.object_store import ObjectTooLargeError
+
+            raise ObjectTooLargeError(location, len(self.objects[location]), max_bytes)
         return self.objects[location]
 
     def resolve_output_settings(self, **overrides: Any) -> OutputSettings:

@@ -12,14 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_slurmapi.client.errors import InvalidRequestError
+from airflow_provider_slurmapi.client.errors import InvalidRequestError, UntrustedResultError
 from airflow_provider_slurmapi.client.python_function import (
+    RESULT_KEY_VARIABLE,
     RESULT_SUFFIX,
     FunctionOutcome,
     check_python,
     encode_arguments,
     function_script,
+    new_result_key,
+    with_result_key,
 )
+
+KEY = new_result_key()
 
 
 def passthrough(function):  # a decorator, as @task.slurm_python is, left out of the source sent
@@ -38,11 +43,52 @@ def train(learning_rate, *, epochs=2):
 def run_on_node(
     script: str, folder: Path, job_id: str = "7"
 ) -> tuple[subprocess.CompletedProcess[str], FunctionOutcome]:
-    result = subprocess.run(
-        ["bash", "-c", script], env={**os.environ, "SLURM_JOB_ID": job_id}, capture_output=True, text=True, timeout=60
-    )
+    env = {**os.environ, "SLURM_JOB_ID": job_id, RESULT_KEY_VARIABLE: KEY}  # as the job's environment holds it
+    result = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
     written = folder / f"{job_id}{RESULT_SUFFIX}"
-    return result, FunctionOutcome.parse(written.read_bytes(), str(written))
+    return result, FunctionOutcome.verified(written.read_bytes(), str(written), job_id=job_id, key=KEY)
+
+
+def sees_the_key() -> object:
+    import os
+
+    return os.environ.get("SLURM_PYTHON_RESULT_KEY")
+
+
+def test_the_function_and_what_it_starts_do_not_see_the_key(tmp_path: Path) -> None:
+    script = function_script(sees_the_key, [], {}, python=sys.executable, result_folder=str(tmp_path))
+    _, outcome = run_on_node(script, tmp_path)
+    assert outcome == FunctionOutcome(value=None)
+
+
+@pytest.mark.parametrize(
+    ("environment", "expected"),
+    [
+        (None, ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", f"{RESULT_KEY_VARIABLE}=k"]),
+        (["PATH=/bin", f"{RESULT_KEY_VARIABLE}=old"], ["PATH=/bin", f"{RESULT_KEY_VARIABLE}=k"]),
+        ({"PATH": "/bin"}, {"PATH": "/bin", RESULT_KEY_VARIABLE: "k"}),
+    ],
+)
+def test_the_key_joins_the_jobs_environment_as_given(environment: object, expected: object) -> None:
+    job = {"name": "j"} if environment is None else {"name": "j", "environment": environment}
+    assert with_result_key(job, "k") == {"name": "j", "environment": expected}
+
+
+def test_a_result_is_taken_only_with_the_signature_its_job_and_key_make(tmp_path: Path) -> None:
+    script = function_script(train, [0.5], {}, python=sys.executable, result_folder=str(tmp_path))
+    run_on_node(script, tmp_path)
+    data = (tmp_path / f"7{RESULT_SUFFIX}").read_bytes()
+    assert KEY not in data.decode()  # the key itself is never written back
+    for job_id, key, why in [
+        ("8", KEY, "it was written by Slurm job 7, not by job 8"),
+        ("7", new_result_key(), "its signature does not match"),
+        ("7", None, "the key of the try that submitted Slurm job 7 was not recorded"),
+    ]:
+        with pytest.raises(UntrustedResultError, match=f"^gs://b/7.return.json is refused: {why}"):
+            FunctionOutcome.verified(data, "gs://b/7.return.json", job_id=job_id, key=key)
+    for forged in (b'{"return_value": 1}', b"[" * 100_000, b"\xff"):
+        with pytest.raises(UntrustedResultError, match="is refused: it is not signed"):
+            FunctionOutcome.verified(forged, "gs://b/7.return.json", job_id="7", key=KEY)
 
 
 def test_the_function_runs_with_its_arguments_and_its_return_value_is_written(tmp_path: Path) -> None:
