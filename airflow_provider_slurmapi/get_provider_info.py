@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_slurmapi import __version__
+from airflow_provider_slurmapi.client.output import DEFAULT_STAGED_RETENTION_DAYS, STAGED_RETENTION_DAYS_RANGE
 from airflow_provider_slurmapi.client.paths import API_VERSION_PATTERN, DEFAULT_API_VERSION
 from airflow_provider_slurmapi.client.retry import (
     RETRY_ATTEMPTS_RANGE,
@@ -85,6 +86,13 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         "Absolute path where the cluster's nodes mount that location (e.g. the bucket's Cloud Storage FUSE mount).",
         pattern="^/.*$",
         examples=["/mnt/output/slurm-output"],
+    ),
+    "output_staged_retention_days": _text(
+        "Staged scripts: days kept",
+        "A DAG's staged scripts (those past the request limit) not staged again for this many days are "
+        f"removed when it stages another, {_range(STAGED_RETENTION_DAYS_RANGE)}; 0 keeps them. "
+        f"Empty: {DEFAULT_STAGED_RETENTION_DAYS:g}.",
+        pattern=r"^\d+(\.\d+)?$",
     ),
 }
 

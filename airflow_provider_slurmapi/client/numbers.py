@@ -16,13 +16,14 @@ def checked_number(
     whole: bool = False,
     above_low: bool = False,
     from_text: bool = False,
+    unit: str = "seconds",
 ) -> float:
     """``value`` if it is a number from ``low`` to ``high`` (above ``low`` when ``above_low``),
     else ``InvalidRequestError`` naming ``field``. ``whole``: an integer; ``from_text``: text of
-    one is read too (a connection's fields are text)."""
+    one is read too (a connection's fields are text); ``unit``: what the number counts."""
     number = _read(value, whole=whole, from_text=from_text)
     if number is None or number < low or (above_low and number == low) or (high is not None and number > high):
-        kind = "an integer" if whole else "a number of seconds"
+        kind = "an integer" if whole else f"a number of {unit}"
         bounds = f"greater than {_shown(low)}" if above_low else f"from {_shown(low)}"
         if high is not None:
             bounds += f" to {_shown(high)}"

@@ -26,6 +26,8 @@ DEFAULT_OUTPUT_WAIT = 30.0
 TAIL_LINES_RANGE = (1, 10_000)
 TAIL_BYTES_RANGE = (1024, 16 * 1024 * 1024)
 OUTPUT_WAIT_RANGE = (0.0, 600.0)
+DEFAULT_STAGED_RETENTION_DAYS = 7.0
+STAGED_RETENTION_DAYS_RANGE = (0, 3650)  # 0: staged scripts are kept until removed by hand
 MAX_SEGMENT = 200  # a path segment has at most 255 bytes
 
 # Characters kept from Airflow names in an output path; anything else becomes "_".
@@ -48,6 +50,8 @@ class OutputSettings:
     :param tail_lines: last lines of stdout and of stderr shown in the task log.
     :param tail_bytes: at most this many bytes read from the end of each file.
     :param wait: seconds to wait for the output to appear after the job ends.
+    :param staged_retention_days: a DAG's staged scripts not staged again for this many days are
+        removed when it stages another (0: kept); None: the connection's, else 7.
     """
 
     uri: str | None = None
@@ -55,6 +59,7 @@ class OutputSettings:
     tail_lines: int = DEFAULT_TAIL_LINES
     tail_bytes: int = DEFAULT_TAIL_BYTES
     wait: float = DEFAULT_OUTPUT_WAIT
+    staged_retention_days: float | None = None
 
     def __post_init__(self) -> None:
         if self.uri:
@@ -74,6 +79,23 @@ class OutputSettings:
             "output_tail_bytes", self.tail_bytes, low=TAIL_BYTES_RANGE[0], high=TAIL_BYTES_RANGE[1], whole=True
         )
         checked_number("output_wait", self.wait, low=OUTPUT_WAIT_RANGE[0], high=OUTPUT_WAIT_RANGE[1])
+        if self.staged_retention_days is not None:
+            low, high = STAGED_RETENTION_DAYS_RANGE
+            days = checked_number(
+                "output_staged_retention_days",
+                self.staged_retention_days,
+                low=low,
+                high=high,
+                from_text=True,
+                unit="days",
+            )
+            object.__setattr__(self, "staged_retention_days", days)  # a connection's field is text
+
+    @property
+    def staged_retention_seconds(self) -> float | None:
+        """How long a staged script is kept after its last staging; None: kept."""
+        days = DEFAULT_STAGED_RETENTION_DAYS if self.staged_retention_days is None else self.staged_retention_days
+        return days * 86400 if days else None
 
     @property
     def readable(self) -> bool:

@@ -1,21 +1,32 @@
-"""Scripts past the API's request limit: staged once per content hash under the job output
-location (which the cluster's nodes see at ``output_cluster_path``) and submitted as a short
-wrapper that runs them from there. Only the plan is made here: the hook writes the object."""
+"""Scripts past the API's request limit: staged under the job output location (which the
+cluster's nodes see at ``output_cluster_path``), one object per DAG and content hash, and
+submitted as a short wrapper that runs them from there. Only the plan is made here: the hook
+writes the object.
+
+Others can write where the script is staged (other jobs through a shared mount, other principals
+on the bucket), so the wrapper runs only what Airflow staged: it copies the object to a file
+private to the job, opens the copy, checks the open copy's hash, and runs that same open file. A
+changed (or missing) object runs nothing: the job ends with ``STAGED_SCRIPT_CHANGED``."""
 
 from __future__ import annotations
 
 import hashlib
 import posixpath
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_slurmapi.client.envelope import SlurmCall
 from airflow_provider_slurmapi.client.job_description import submission_body
-from airflow_provider_slurmapi.client.output import OutputSettings
+from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.client.output import OutputSettings, safe_segment
 from airflow_provider_slurmapi.client.paths import SlurmPaths
 
-STAGED_FOLDER = "staged"  # under output_cluster_path / output_uri
+STAGED_FOLDER = "staged"  # under output_cluster_path / output_uri, then one folder per DAG
+STAGED_SCRIPT_CHANGED = 97  # the wrapper's exit code when the staged object is not what Airflow staged
+_CHANGED_NOTE = "was changed after Airflow staged it"
+_CHANGED_LINE = re.compile(rf"staged script (\S+) {_CHANGED_NOTE}")
 
 
 def submit_call(job: dict[str, Any], script: str, paths: SlurmPaths) -> SlurmCall:
@@ -33,20 +44,32 @@ class StagedScript:
     wrapper: str
 
     @classmethod
-    def plan(cls, script: str, settings: OutputSettings) -> StagedScript:
+    def plan(cls, script: str, settings: OutputSettings, dag_id: str | None = None) -> StagedScript:
         if not settings.readable:
             raise ValueError("output_uri and output_cluster_path must both be set to stage a script")
         data = script.encode()
-        name = f"{hashlib.sha256(data).hexdigest()}.script"  # one object per content: staged once
-        cluster_file = posixpath.join(str(settings.cluster_path), STAGED_FOLDER, name)
+        digest = hashlib.sha256(data).hexdigest()
+        folder = posixpath.join(str(settings.cluster_path), STAGED_FOLDER, safe_segment(dag_id or "_no_dag"))
+        cluster_file = posixpath.join(folder, f"{digest}.script")  # one object per content: staged once
         location = settings.location_of(cluster_file)
         assert location is not None  # readable, and the file is under cluster_path
         return cls(data, location, cluster_file, wrapper_script(script, cluster_file, location))
 
+    @property
+    def folder(self) -> str:
+        """The DAG's folder of staged scripts, as a location under output_uri."""
+        return posixpath.dirname(self.location)
+
 
 def wrapper_script(script: str, cluster_file: str, location: str) -> str:
-    """A bash script that runs ``cluster_file`` with the interpreter of ``script``'s shebang, and
-    carries the ``#SBATCH`` lines of its header (Slurm reads them only from the submitted script)."""
+    """A bash script that runs a checked private copy of ``cluster_file`` with the interpreter of
+    ``script``'s shebang, and carries the ``#SBATCH`` lines of its header (Slurm reads them only
+    from the submitted script).
+
+    The copy is opened as file descriptor 9 and unlinked before its hash is read: what is checked
+    is what the interpreter reads (``/dev/fd/9``), and no one but the job's user could open it. The
+    interpreter sees ``/dev/fd/9`` as the script's path."""
+    data = script.encode()
     lines = script.splitlines()
     interpreter = lines[0][2:].strip() if lines and lines[0].startswith("#!") else "/bin/bash"
     header = []
@@ -55,13 +78,41 @@ def wrapper_script(script: str, cluster_file: str, location: str) -> str:
             break  # Slurm stops reading directives at the first command
         if line.startswith("#SBATCH"):
             header.append(line)
+    digest = hashlib.sha256(data).hexdigest()
+    refusal = shlex.quote(
+        f"slurm-job-api: the staged script {location} {_CHANGED_NOTE} (or is missing): "
+        "its content is not the one Airflow staged, so the job runs none of it"
+    )
     return "\n".join(
         [
             "#!/bin/bash",
             *header,
-            f"# The batch script ({len(script.encode()):,} bytes) is too large for the request: staged at",
+            f"# The batch script ({len(data):,} bytes) is too large for the request: staged at",
             f"# {location}",
-            f'exec {interpreter} {shlex.quote(cluster_file)} "$@"',
+            "# and run from a private copy whose sha256 is checked first.",
+            f"staged={shlex.quote(cluster_file)}",
+            'copy=$(umask 077 && mktemp "${TMPDIR:-/tmp}/slurm-staged.XXXXXX") || exit 1',
+            # a FIFO or device planted in its place is not read; one byte past the size tells a longer file
+            f'[ -f "$staged" ] && head -c {len(data) + 1} -- "$staged" >"$copy" 2>/dev/null',
+            'exec 9<"$copy" && rm -f -- "$copy"',
+            f'if [ "$(sha256sum <&9)" != "{digest}  -" ]; then',
+            f"  echo {refusal} >&2",
+            f"  exit {STAGED_SCRIPT_CHANGED}",
+            "fi",
+            f'exec {interpreter} /dev/fd/9 "$@"',
             "",
         ]
+    )
+
+
+def changed_script_headline(status: JobStatus, error_output: str) -> str:
+    """The start of a failed task's message when the job's wrapper refused a changed staged
+    script (its exit code and its line in ``error_output``, the end of the job's stderr); else ""."""
+    exit_code = status.exit_code
+    found = _CHANGED_LINE.search(error_output)
+    if found is None or exit_code is None or exit_code.return_code != STAGED_SCRIPT_CHANGED:
+        return ""
+    return (
+        f"The staged script {found.group(1)} was changed after Airflow staged it, so the job ran none of it "
+        f"(exit code {STAGED_SCRIPT_CHANGED}); a retry of the task stages it again. "
     )

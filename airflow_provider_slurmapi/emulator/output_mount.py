@@ -73,6 +73,7 @@ class MountingBackend(SlurmBackend):
         self.inner = inner
         self.mount = mount
         self._published: dict[str, tuple[int, float]] = {}  # local path -> (size, mtime) uploaded
+        self._fetched: dict[str, int] = {}  # local path -> generation of the object downloaded there
         self._client: Any = None
 
     def __getattr__(self, name: str) -> Any:  # the builtin backend's own controls (jobs, scheduler...)
@@ -101,7 +102,9 @@ class MountingBackend(SlurmBackend):
         return status, reply
 
     def fetch(self) -> None:
-        """Download the mounted prefix's objects missing under the directory (as FUSE shows them)."""
+        """Download the mounted prefix's objects missing or changed under the directory (as FUSE
+        shows them): an object rewritten in the bucket, or a fetched file changed on the mount
+        (which FUSE would have uploaded, and Airflow's next staging would have written over)."""
         parts = urlsplit(self.mount.uri)
         prefix = parts.path.strip("/")
         try:
@@ -112,10 +115,17 @@ class MountingBackend(SlurmBackend):
         for blob in blobs:
             relative = blob.name[len(prefix) :].lstrip("/") if prefix else blob.name
             local = self.mount.local_path(posixpath.join(self.mount.cluster_dir, relative))
-            if os.path.exists(local):
+            if local in self._fetched:
+                unchanged = self._fetched[local] == blob.generation and self._published.get(local) == _seen(local)
+            else:
+                unchanged = os.path.lexists(local)  # a job's own file, written on the mount
+            if unchanged:
                 continue
             _make_dirs(os.path.dirname(local))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(local)  # replaced, not written through (what is there may be a link)
             blob.download_to_filename(local)
+            self._fetched[local] = blob.generation
             self._published[local] = (os.stat(local).st_size, os.stat(local).st_mtime)
             log.info("fetched gs://%s/%s to %s", parts.netloc, blob.name, local)
 
@@ -162,6 +172,14 @@ class MountingBackend(SlurmBackend):
             except Conflict:
                 pass
         return bucket
+
+
+def _seen(path: str) -> tuple[int, float] | None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return info.st_size, info.st_mtime
 
 
 def _make_dirs(path: str) -> None:

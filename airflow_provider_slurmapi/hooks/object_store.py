@@ -1,21 +1,37 @@
 """Whole objects at the job output location, in Cloud Storage (through the Google provider's
-GCSHook) or a shared filesystem (read never through a link: ``shared_files``): staged scripts
-written once, function results read back."""
+GCSHook) or a shared filesystem (never through a link: ``shared_files``): staged scripts
+written (and rewritten when someone changed them), function results read back."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import enum
+import hashlib
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from airflow_provider_slurmapi.hooks.shared_files import open_within
+from airflow_provider_slurmapi.hooks.shared_files import UnsafeOutputPath, open_within, write_within
 
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
     from google.cloud.storage import Blob, Bucket, Client
+
+
+class Staged(enum.Enum):
+    """What staging found at the object's name."""
+
+    WRITTEN = "staged at"
+    UNCHANGED = "already staged at"
+    REPLACED = "staged again (the object there had been changed) at"
+
+
+def _md5(data: bytes) -> str:
+    """Cloud Storage's ``md5Hash`` of ``data`` (a checksum of the content, not a defence: the job checks the sha256)."""
+    return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
 
 
 class ObjectStore:
@@ -27,33 +43,84 @@ class ObjectStore:
         self._principal = principal
         self._client: Client | None = None
 
-    def write_once(self, location: str, data: bytes) -> bool:
-        """Write the object unless it is there already (its name is its content's hash); True if written."""
+    def stage(self, location: str, data: bytes, *, within: str) -> Staged:
+        """Make the object at ``location`` hold ``data``: written if missing, left if it holds them
+        already (its time refreshed, for the retention), rewritten if someone changed it.
+
+        ``within``: the output folder (``output_uri``); for ``file://``, nothing below it is
+        reached through a link.
+        """
         parts = urlsplit(location)
         if parts.scheme == "file":
-            path = unquote(parts.path)
-            if os.path.exists(path):
-                return False
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), delete=False) as file:
-                file.write(data)
-            os.replace(file.name, path)
-            return True
+            return self._stage_file(unquote(parts.path), data, unquote(urlsplit(within).path))
         from google.api_core.exceptions import Forbidden, PreconditionFailed
 
-        blob = self._blob(location)
-        if blob.exists():
-            return False
+        bucket = self._bucket(location)
         try:
-            blob.upload_from_string(data, if_generation_match=0)  # another try writing it at once is fine
+            blob = bucket.get_blob(self._name(location))
+            if blob is not None and blob.md5_hash == _md5(data):
+                blob.metadata = {**(blob.metadata or {}), "airflow-staged-at": f"{time.time():.0f}"}
+                blob.patch()  # moves its update time: the retention counts from the last use
+                return Staged.UNCHANGED
+            generation = blob.generation if blob is not None else 0  # no one else's write is overwritten
+            self._blob(location).upload_from_string(data, if_generation_match=generation)
         except PreconditionFailed:
-            return False
+            return Staged.UNCHANGED  # another try wrote it at that moment; the wrapper checks its content
         except Forbidden as error:
             raise PermissionError(
-                f"{self._principal()} may not write {location}: it needs storage.objects.create on bucket "
-                f"{parts.netloc} (e.g. roles/storage.objectCreator); {error.message}"
+                f"{self._principal()} may not write {location}: it needs storage.objects.create (and "
+                f"storage.objects.delete, to replace a changed object) on bucket {parts.netloc} "
+                f"(e.g. roles/storage.objectUser on the prefix); {error.message}"
             ) from error
-        return True
+        return Staged.WRITTEN if blob is None else Staged.REPLACED
+
+    @staticmethod
+    def _stage_file(path: str, data: bytes, root: str) -> Staged:
+        try:
+            with open_within(root, path) as file:
+                if file.read(len(data) + 1) == data:
+                    os.utime(file.fileno())
+                    return Staged.UNCHANGED
+            found = True
+        except FileNotFoundError:
+            found = False
+        except UnsafeOutputPath:
+            found = True  # a link, a device or a hard link in its place: replaced
+        write_within(root, path, data)
+        return Staged.REPLACED if found else Staged.WRITTEN
+
+    def remove_older(self, folder: str, max_age: float, keep: str) -> list[str]:
+        """Remove the objects right under ``folder`` last staged more than ``max_age`` seconds ago,
+        but ``keep``; the locations removed. Best effort: what cannot be listed or removed stays."""
+        cutoff = time.time() - max_age
+        parts = urlsplit(folder)
+        removed = []
+        if parts.scheme == "file":
+            path = unquote(parts.path)
+            with os.scandir(path) as entries:
+                old = [
+                    e
+                    for e in entries
+                    if e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_mtime < cutoff
+                ]
+            for entry in old:
+                location = f"{folder}/{entry.name}"
+                if location != keep:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                    removed.append(location)
+            return removed
+        prefix = self._name(folder).rstrip("/") + "/"
+        bucket = self._bucket(folder)
+        for blob in bucket.list_blobs(prefix=prefix, delimiter="/"):
+            location = f"gs://{parts.netloc}/{blob.name}"
+            if location != keep and blob.updated is not None and blob.updated.timestamp() < cutoff:
+                from google.api_core.exceptions import NotFound
+
+                with contextlib.suppress(NotFound):
+                    blob.delete(if_generation_match=blob.generation)  # not one rewritten since the listing
+                removed.append(location)
+        return removed
 
     def read(self, location: str, wait: float, max_bytes: int, *, within: str | None = None) -> bytes:
         """The whole object, waited for up to ``wait`` seconds (a FUSE mount publishes a file when

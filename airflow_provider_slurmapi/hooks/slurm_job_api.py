@@ -39,6 +39,7 @@ from airflow_provider_slurmapi.version_compat import mask_secret
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
+    from airflow_provider_slurmapi.client.staging import StagedScript
     from airflow_provider_slurmapi.hooks.object_store import ObjectStore
 
 
@@ -198,7 +199,9 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
         """The connection's ``output_uri`` and ``output_cluster_path``, then ``overrides`` (any
         ``OutputSettings`` field: ``uri``, ``cluster_path``, ``tail_lines``...) where not None; validated."""
         connection = OutputSettings(
-            uri=self._get_field("output_uri") or None, cluster_path=self._get_field("output_cluster_path") or None
+            uri=self._get_field("output_uri") or None,
+            cluster_path=self._get_field("output_cluster_path") or None,
+            staged_retention_days=self._get_field("output_staged_retention_days") or None,
         )
         return replace(connection, **{name: value for name, value in overrides.items() if value is not None})
 
@@ -231,27 +234,52 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
         reader = OutputReader(settings, gcs_hook=self._gcs_hook, principal=self._principal)
         return reader.tails(output_files(records_read, source=source))
 
-    def fit_script(self, job: dict[str, Any], script: str, settings: OutputSettings) -> str:
+    def fit_script(
+        self, job: dict[str, Any], script: str, settings: OutputSettings, *, dag_id: str | None = None
+    ) -> str:
         """The script to submit: itself when the request stays under the API's limit; otherwise
-        staged once per content hash under ``settings``' output location, which the nodes see, and a
-        short wrapper that runs it from there. Without an output location, the submit's own error
-        (which names the two settings) is raised now, before anything is sent."""
+        staged under ``settings``' output location, which the nodes see, in the DAG's own folder
+        (``staged/<dag_id>/<sha256>.script``), and a short wrapper that runs a checked copy of it.
+        An object changed since an earlier staging is staged again; the DAG's scripts not staged
+        for ``staged_retention_days`` are removed. Without an output location, the submit's own
+        error (which names the two settings) is raised now, before anything is sent."""
         from airflow_provider_slurmapi.client.staging import StagedScript, submit_call
+        from airflow_provider_slurmapi.hooks.object_store import Staged
 
         call = submit_call(job, script, self.settings.paths)
         if call.fits() or not settings.readable:
             call.encode()  # too large and nowhere to stage it: the error, before anything is sent
             return script
-        staged = StagedScript.plan(script, settings)
-        written = self._object_store().write_once(staged.location, staged.data)
-        self.log.info(
+        staged = StagedScript.plan(script, settings, dag_id)
+        store = self._object_store()
+        found = store.stage(staged.location, staged.data, within=str(settings.uri))
+        (self.log.warning if found is Staged.REPLACED else self.log.info)(
             "The batch script (%s bytes) is too large for the request: %s %s; submitting a wrapper that runs %s",
             f"{len(staged.data):,}",
-            "staged at" if written else "already staged at",
+            found.value,
             staged.location,
             staged.cluster_file,
         )
+        self._remove_old_staged(store, staged, settings)
         return staged.wrapper
+
+    def _remove_old_staged(self, store: ObjectStore, staged: StagedScript, settings: OutputSettings) -> None:
+        """The retention: never a reason to fail the submit (the scripts wait for the next staging)."""
+        max_age = settings.staged_retention_seconds
+        if max_age is None:
+            return
+        try:
+            removed = store.remove_older(staged.folder, max_age, keep=staged.location)
+        except Exception as error:
+            self.log.warning("Could not remove old staged scripts under %s: %s", staged.folder, error)
+            return
+        if removed:
+            self.log.info(
+                "Removed %d staged script(s) under %s not staged for %g days",
+                len(removed),
+                staged.folder,
+                max_age / 86400,
+            )
 
     def read_object(self, location: str, wait: float, max_bytes: int, *, within: str | None = None) -> bytes:
         """A whole object at the output location (``gs://`` or ``file://``), waited for up to ``wait`` s;

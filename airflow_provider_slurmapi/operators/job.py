@@ -211,7 +211,7 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         key = record.key
         job = with_output_paths({"name": ti.task_id, **self.job}, self.output_settings, ti, self.log)
         # a script too large for the request is staged, and the wrapper that runs it submitted
-        self.script = self.hook.fit_script(with_key(job, key), self.script, self.output_settings)
+        self.script = self.hook.fit_script(with_key(job, key), self.script, self.output_settings, dag_id=ti.dag_id)
         # the first try, or the first after a user's clear: the job runs afresh
         new_round = not is_automatic_retry(ti, self.retries)
         adopt_completed = self._may_adopt_completed_job(ti)

@@ -53,6 +53,9 @@ class SlurmWaitingOperator(SlurmBaseOperator):
     :param output_tail_lines: last lines of stdout and of stderr shown in the task log (1-10000).
     :param output_tail_bytes: at most this many bytes read from the end of each file (1 KiB-16 MiB).
     :param output_wait: seconds to wait for the output to appear after the job ends (0-600).
+    :param output_staged_retention_days: a DAG's staged scripts (past the request limit) not staged
+        again for this many days are removed when it stages another (0-3650, 0 keeps them);
+        overrides the connection's, else 7. The submit operator's only.
     """
 
     operator_extra_links = (SlurmJobOutputLink(),)
@@ -72,6 +75,7 @@ class SlurmWaitingOperator(SlurmBaseOperator):
         output_tail_lines: int = DEFAULT_TAIL_LINES,
         output_tail_bytes: int = DEFAULT_TAIL_BYTES,
         output_wait: float = DEFAULT_OUTPUT_WAIT,
+        output_staged_retention_days: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -84,6 +88,7 @@ class SlurmWaitingOperator(SlurmBaseOperator):
         self.output_tail_lines = output_tail_lines
         self.output_tail_bytes = output_tail_bytes
         self.output_wait = output_wait
+        self.output_staged_retention_days = output_staged_retention_days
         OutputSettings(**self._output_arguments)  # refused when the DAG is parsed, naming the argument
 
     @property
@@ -99,6 +104,7 @@ class SlurmWaitingOperator(SlurmBaseOperator):
         """Report the finished job (usage as XCom ``usage``, output in the log and its link), then
         fail the task, naming the state, the reason, the exit code and the end of its error output,
         unless the job succeeded."""
+        from airflow_provider_slurmapi.client.staging import changed_script_headline
         from airflow_provider_slurmapi.job_report import report_job_end
 
         self.final_status = status
@@ -108,7 +114,8 @@ class SlurmWaitingOperator(SlurmBaseOperator):
             context["ti"].xcom_push(key="usage", value=report.usage.to_dict())
         self.show_output_link(context, report.output_location)
         if not status.is_success:
-            raise AirflowException(f"{status.describe()}{report.failure_excerpt}")
+            headline = changed_script_headline(status, report.failure_excerpt)
+            raise AirflowException(f"{headline}{status.describe()}{report.failure_excerpt}")
         self.log.info("%s", status.describe())
 
     def show_output_link(self, context: Context, location: str | None) -> None:

@@ -159,7 +159,7 @@ def test_a_script_past_the_request_limit_is_staged_and_run(airflow_env: dict[str
     log = output(result)
     assert result.returncode == 0, log[-5000:]
     # the module's Cloud Storage stand-in serves both backends: the second finds the object staged
-    staged = rf"too large for the request: (already )?staged at {OUTPUT_URI}/staged/[0-9a-f]{{64}}\.script"
+    staged = rf"too large for the request: (already )?staged at {OUTPUT_URI}/staged/test_slurm_staged_script/[0-9a-f]{{64}}\.script"
     assert re.search(staged, log), log[-5000:]
     digest = hashlib.sha256(data.encode()).hexdigest()[:16]
     assert f"staged script ran: {len(data)} characters of data, sha256 {digest}" in log, log[-5000:]

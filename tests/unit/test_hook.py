@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +24,7 @@ from airflow_provider_slurmapi.client.jobs import RecordSource
 from airflow_provider_slurmapi.client.operations import JobRecords
 from airflow_provider_slurmapi.client.output import OutputSettings
 from airflow_provider_slurmapi.client.steps import ApiSettings, Operation, Pause, T, advance
+from airflow_provider_slurmapi.hooks.shared_files import UnsafeOutputPath
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 
 V = "v0.0.42"
@@ -321,15 +324,62 @@ def test_a_script_past_the_limit_is_staged_once_and_a_wrapper_submitted(
     settings = OutputSettings(uri=f"file://{tmp_path}", cluster_path="/mnt/out")
     hook = make_hook()
     with caplog.at_level("INFO"):
-        wrapper = hook.fit_script({"name": "a"}, BIG, settings)
-        assert hook.fit_script({"name": "a"}, BIG, settings) == wrapper
-    [staged] = (tmp_path / "staged").iterdir()
+        wrapper = hook.fit_script({"name": "a"}, BIG, settings, dag_id="train/../x")
+        assert hook.fit_script({"name": "a"}, BIG, settings, dag_id="train/../x") == wrapper
+    [folder] = (tmp_path / "staged").iterdir()
+    assert folder.name == "train_.._x"  # a folder of the DAG's own, whatever its ID holds
+    [staged] = folder.iterdir()
     assert staged.read_text() == BIG
     assert wrapper.splitlines()[:2] == ["#!/bin/bash", "#SBATCH --gres=gpu:8"]
-    assert f"exec /bin/bash /mnt/out/staged/{staged.name}" in wrapper
+    assert f"staged=/mnt/out/staged/train_.._x/{staged.name}\n" in wrapper
+    assert 'exec /bin/bash /dev/fd/9 "$@"' in wrapper
     logged = caplog.text + capsys.readouterr().out  # Airflow 3 logs through structlog, to stdout
     said = [line for line in logged.splitlines() if "too large for the request" in line]
     assert [" staged at " in said[0], "already staged at" in said[1]] == [True, True], said
+
+
+def test_a_staged_script_changed_since_is_staged_again_and_old_ones_removed(
+    make_hook: Callable[..., SlurmJobApiHook], tmp_path: Any, task_log: Callable[[], str]
+) -> None:
+    settings = OutputSettings(uri=f"file://{tmp_path}", cluster_path="/mnt/out", staged_retention_days=1)
+    hook = make_hook()
+    hook.fit_script({"name": "a"}, BIG, settings, dag_id="d")
+    [staged] = (tmp_path / "staged" / "d").iterdir()
+    staged.write_text("#!/bin/bash\necho someone else\n")
+    old = tmp_path / "staged" / "d" / ("0" * 64 + ".script")
+    old.write_text("an old script")
+    other_dag = tmp_path / "staged" / "e" / ("1" * 64 + ".script")
+    other_dag.parent.mkdir()
+    other_dag.write_text("another DAG's script")
+    for path in (staged, old, other_dag):
+        os.utime(path, (time.time() - 2 * 86400,) * 2)
+    task_log()
+    hook.fit_script({"name": "a"}, BIG, settings, dag_id="d")
+    logged = task_log()
+    assert staged.read_text() == BIG and time.time() - staged.stat().st_mtime < 60
+    assert "staged again (the object there had been changed) at" in logged, logged
+    assert not old.exists() and other_dag.exists()  # only the DAG's own folder is cleaned
+    assert "Removed 1 staged script(s)" in logged, logged
+
+
+def test_staging_writes_no_file_through_a_planted_link(
+    make_hook: Callable[..., SlurmJobApiHook], tmp_path: Any
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = tmp_path / "out"
+    (root / "staged").mkdir(parents=True)
+    (root / "staged" / "d").symlink_to(outside)
+    settings = OutputSettings(uri=f"file://{root}", cluster_path="/mnt/out")
+    with pytest.raises(UnsafeOutputPath, match=r"staged/d is a symbolic link: not written"):
+        make_hook().fit_script({"name": "a"}, BIG, settings, dag_id="d")
+    assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("days", [-1, 3651, "soon", float("nan")])
+def test_a_bad_staged_retention_is_refused_naming_the_field(days: object) -> None:
+    with pytest.raises(InvalidRequestError, match=r"output_staged_retention_days.*a number of days from 0 to 3650"):
+        OutputSettings(staged_retention_days=days)  # type: ignore[arg-type]
 
 
 def test_a_script_past_the_limit_without_an_output_location_names_the_settings(
@@ -340,3 +390,9 @@ def test_a_script_past_the_limit_without_an_output_location_names_the_settings(
         hook.fit_script({"name": "a"}, BIG, OutputSettings())
     assert refused.value.field == "request"
     assert hook.client.calls == []  # type: ignore[attr-defined]
+
+
+def test_the_staged_retention_reads_a_connections_text_and_zero_keeps_scripts() -> None:
+    assert OutputSettings(staged_retention_days="3").staged_retention_seconds == 3 * 86400  # type: ignore[arg-type]
+    assert OutputSettings().staged_retention_seconds == 7 * 86400
+    assert OutputSettings(staged_retention_days=0).staged_retention_seconds is None

@@ -77,7 +77,9 @@ class FakeHook:
         self._record("submit_once", *args, **kwargs)
         return self.submission
 
-    def fit_script(self, job: dict[str, Any], script: str, settings: OutputSettings) -> str:
+    def fit_script(
+        self, job: dict[str, Any], script: str, settings: OutputSettings, *, dag_id: str | None = None
+    ) -> str:
         self._record("fit_script", job, script, settings)
         return script
 
@@ -378,11 +380,10 @@ def test_sensor_refuses_bad_output_arguments_too() -> None:
 
 def test_output_settings_pass_every_output_argument_to_the_hook() -> None:
     hook = FakeHook(settings=READABLE)
-    op = submit_op(hook, output_uri="gs://b/p", output_tail_lines=7, output_wait=2.5)
+    op = submit_op(hook, output_uri="gs://b/p", output_tail_lines=7, output_wait=2.5, output_staged_retention_days=0)
     assert op.output_settings is READABLE
-    assert hook.named("resolve_output_settings") == [
-        ((), {"uri": "gs://b/p", "cluster_path": None, "tail_lines": 7, "tail_bytes": 64 * 1024, "wait": 2.5})
-    ]
+    passed = {"uri": "gs://b/p", "cluster_path": None, "tail_lines": 7, "tail_bytes": 64 * 1024, "wait": 2.5}
+    assert hook.named("resolve_output_settings") == [((), {**passed, "staged_retention_days": 0})]
 
 
 def test_finish_job_success_pushes_usage() -> None:
