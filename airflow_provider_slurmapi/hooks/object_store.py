@@ -29,6 +29,17 @@ class Staged(enum.Enum):
     REPLACED = "staged again (the object there had been changed) at"
 
 
+STAGED_AT = "airflow-staged-at"  # an object's metadata: when Airflow last staged it (epoch seconds)
+
+
+def _staged_at(blob: Blob) -> float:
+    """When Airflow last staged the object: its metadata, else its last update."""
+    try:
+        return float((blob.metadata or {})[STAGED_AT])
+    except (KeyError, ValueError):
+        return blob.updated.timestamp() if blob.updated is not None else time.time()
+
+
 def _md5(data: bytes) -> str:
     """Cloud Storage's ``md5Hash`` of ``data`` (a checksum of the content, not a defence: the job checks the sha256)."""
     return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
@@ -59,11 +70,13 @@ class ObjectStore:
         try:
             blob = bucket.get_blob(self._name(location))
             if blob is not None and blob.md5_hash == _md5(data):
-                blob.metadata = {**(blob.metadata or {}), "airflow-staged-at": f"{time.time():.0f}"}
-                blob.patch()  # moves its update time: the retention counts from the last use
+                blob.metadata = {**(blob.metadata or {}), STAGED_AT: f"{time.time():.3f}"}
+                blob.patch()  # the retention counts from the last staging
                 return Staged.UNCHANGED
             generation = blob.generation if blob is not None else 0  # no one else's write is overwritten
-            self._blob(location).upload_from_string(data, if_generation_match=generation)
+            fresh = self._blob(location)
+            fresh.metadata = {STAGED_AT: f"{time.time():.3f}"}
+            fresh.upload_from_string(data, if_generation_match=generation)
         except PreconditionFailed:
             return Staged.UNCHANGED  # another try wrote it at that moment; the wrapper checks its content
         except Forbidden as error:
@@ -114,7 +127,7 @@ class ObjectStore:
         bucket = self._bucket(folder)
         for blob in bucket.list_blobs(prefix=prefix, delimiter="/"):
             location = f"gs://{parts.netloc}/{blob.name}"
-            if location != keep and blob.updated is not None and blob.updated.timestamp() < cutoff:
+            if location != keep and _staged_at(blob) < cutoff:
                 from google.api_core.exceptions import NotFound
 
                 with contextlib.suppress(NotFound):
