@@ -5,8 +5,11 @@
 
 # name: venv  python  "Airflow requirement"  "pins (constraints: they limit, they never add)"
 ENV_AIRFLOW_3_3=(".venv" "python3" "apache-airflow==3.3.*" "")
-ENV_AIRFLOW_2_11=(".venv-airflow2" "python3" "apache-airflow==2.11.*" "")
-ENV_AIRFLOW_3_1=(".venv-airflow3.1" "python3" "apache-airflow==3.1.8" "")
+# 2.11 and 3.1 set an attribute on cryptography's MultiFernet, which cryptography 51 no longer
+# allows (every connection read with a Fernet key fails: 'MultiFernet' object has no attribute
+# 'is_encrypted'); their constraints files pin cryptography below it
+ENV_AIRFLOW_2_11=(".venv-airflow2" "python3" "apache-airflow==2.11.*" "cryptography<51")
+ENV_AIRFLOW_3_1=(".venv-airflow3.1" "python3" "apache-airflow==3.1.8" "cryptography<51")
 # 3.2.2 caps neither FastAPI nor cadwyn, and svcs 26.2 breaks its in-process execution API
 # (airflow dags test: 'State' object has no attribute 'svcs_registry')
 ENV_AIRFLOW_3_2=(".venv-airflow3.2" "python3" "apache-airflow==3.2.2" "fastapi<0.137 cadwyn<8 svcs<26.2")

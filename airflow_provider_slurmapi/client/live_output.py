@@ -150,6 +150,16 @@ def live_script(script: str, *, try_folder: str, live_folder: str, period: int, 
     )
 
 
+def runs_under_bash(script: str) -> bool:
+    """Whether the script's shebang names bash or sh (which the wrapper runs it with, unchanged)."""
+    first = script.split("\n", 1)[0]
+    if not first.startswith("#!"):
+        return False
+    words = first[2:].split()
+    program = words[1] if words and words[0].endswith("/env") and len(words) > 1 else (words[0] if words else "")
+    return program.rsplit("/", 1)[-1] in ("bash", "sh")
+
+
 def _directive_header(lines: list[str]) -> list[str]:
     header = []
     for line in lines[1:]:
@@ -231,3 +241,63 @@ if [ "$__live_status" -gt 128 ] && [ "$__live_status" -lt 160 ]; then
 fi
 exit "$__live_status"
 """
+
+
+@dataclass
+class LiveFollower:
+    """A task's view of its job's pieces: which ones it has shown, and the lines they make.
+
+    Each stream of each run (a requeue starts a new one) is shown once and in order: a piece is
+    taken only after the one before it, whatever order the listing finds them in. The state is
+    plain JSON (``to_dict``), so that a trigger that moves to another triggerer goes on where it was.
+    """
+
+    job: str
+    tag: str
+    since: int = 0  # the listing's offset: no piece still wanted was published before it
+    next_seq: dict[str, int] | None = None  # "{run}-{stream}" -> the next piece's seq
+    partial: dict[str, str] | None = None  # "{run}-{stream}" -> the last line, not ended yet
+
+    SKEW = 120  # seconds the nodes' clocks and the mount's uploads may lag the names' order
+
+    def wanted(self, names: list[str]) -> list[Piece]:
+        """The pieces among ``names`` (a listing) to read now, in the order they are shown."""
+        next_seq = dict(self.next_seq or {})
+        found = sorted(
+            (piece for piece in map(Piece.parse, names) if piece and piece.job == self.job and piece.tag == self.tag),
+            key=lambda piece: (piece.run, piece.stream, piece.seq),
+        )
+        chosen = []
+        for piece in found:
+            key = f"{piece.run}-{piece.stream}"
+            if piece.seq == next_seq.get(key, 0):
+                chosen.append(piece)
+                next_seq[key] = piece.seq + 1
+        return chosen
+
+    def take(self, piece: Piece, data: bytes) -> list[str]:
+        """The lines ``data`` completes (the piece's stream's unfinished line first); the piece is then shown."""
+        key = f"{piece.run}-{piece.stream}"
+        self.next_seq = {**(self.next_seq or {}), key: piece.seq + 1}
+        text = (self.partial or {}).get(key, "") + data.decode("utf-8", errors="replace")
+        *lines, rest = text.split("\n")
+        self.partial = {**(self.partial or {}), key: rest}
+        self.since = max(self.since, piece.time - self.SKEW)
+        return lines
+
+    def rest(self) -> dict[str, str]:
+        """Each stream's last line that never ended (shown when the job has ended)."""
+        return {key: text for key, text in (self.partial or {}).items() if text}
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "job": self.job,
+            "tag": self.tag,
+            "since": self.since,
+            "next_seq": self.next_seq or {},
+            "partial": self.partial or {},
+        }
+
+    @classmethod
+    def from_dict(cls, value: dict[str, object]) -> LiveFollower:
+        return cls(**value)  # type: ignore[arg-type]

@@ -97,6 +97,7 @@ class MountingBackend(SlurmBackend):
         status, reply = await self.inner.handle(request)
         if request.method == "GET" and isinstance(reply, dict):
             files = [path for job in reply.get("jobs") or [] if isinstance(job, dict) for path in _ended_outputs(job)]
+            files += self._closed_live_pieces()  # a running job's closed pieces, as FUSE uploads them
             if files:
                 await asyncio.to_thread(self.publish, files)
         return status, reply
@@ -129,6 +130,17 @@ class MountingBackend(SlurmBackend):
             self._published[local] = (os.stat(local).st_size, os.stat(local).st_mtime)
             log.info("fetched gs://%s/%s to %s", parts.netloc, blob.name, local)
 
+    def _closed_live_pieces(self) -> list[str]:
+        """The pieces a job published under the mount's ``live/`` folder: each written under a hidden
+        name and renamed once closed (a file still open is not visible, as on FUSE)."""
+        folder = posixpath.join(self.mount.cluster_dir, "live")
+        try:
+            names = os.listdir(self.mount.local_path(folder))
+        except OSError:
+            return []
+        paths = [posixpath.join(folder, name) for name in sorted(names) if not name.startswith(".")]
+        return [path for path in paths if self.mount.local_path(path) not in self._published]
+
     def publish(self, cluster_paths: list[str]) -> None:
         """Upload each file that is under the mount and new or changed since its last upload, and
         the other files beside it (a job's result next to its output, as FUSE uploads every file)."""
@@ -136,7 +148,8 @@ class MountingBackend(SlurmBackend):
         for cluster_path in cluster_paths:
             folder = self.mount.local_path(posixpath.dirname(cluster_path))
             with contextlib.suppress(OSError):
-                beside += [posixpath.join(posixpath.dirname(cluster_path), name) for name in sorted(os.listdir(folder))]
+                names = [name for name in sorted(os.listdir(folder)) if not name.startswith(".")]  # still being written
+                beside += [posixpath.join(posixpath.dirname(cluster_path), name) for name in names]
         for cluster_path in dict.fromkeys(cluster_paths + beside):
             target = self.mount.object_of(cluster_path)
             local = self.mount.local_path(cluster_path)

@@ -102,6 +102,22 @@ class ObjectStore:
         write_within(root, path, data)
         return Staged.REPLACED if found else Staged.WRITTEN
 
+    def names_from(self, folder: str, offset: str) -> list[str]:
+        """The names (last segments) right under ``folder`` from ``offset`` on, in name order, in one
+        listing (``start_offset``: what was listed before is not listed again). Hidden names (a
+        piece still being written) are left out."""
+        parts = urlsplit(folder)
+        if parts.scheme == "file":
+            try:
+                with os.scandir(unquote(parts.path)) as entries:
+                    names = [entry.name for entry in entries if entry.name >= offset and not entry.name.startswith(".")]
+            except FileNotFoundError:
+                return []
+            return sorted(names)
+        prefix = self._name(folder).rstrip("/") + "/"
+        blobs = self._bucket(folder).list_blobs(prefix=prefix, start_offset=prefix + offset, delimiter="/")
+        return [blob.name[len(prefix) :] for blob in blobs if not blob.name[len(prefix) :].startswith(".")]
+
     def remove_older(self, folder: str, max_age: float, keep: str) -> list[str]:
         """Remove the objects right under ``folder`` last staged more than ``max_age`` seconds ago,
         but ``keep``; the locations removed. Best effort: what cannot be listed or removed stays."""

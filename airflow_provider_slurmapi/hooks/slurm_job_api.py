@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -164,8 +165,11 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
         poll_interval: float = 30.0,
         timeout: float | None = None,
         lost_grace: float = LOST_JOB_GRACE,
+        on_poll: Callable[[JobStatus | None], object] | None = None,
     ) -> JobStatus:
         """Poll until the job finishes and return its final status; TimeoutError after ``timeout`` s.
+        ``on_poll`` is called with each status read (None: the job was not found), e.g. to show its
+        live output.
 
         A job missing from both the live queue and accounting is looked for ``lost_grace`` s (accounting
         can lag) before ``JobLostError``; a state this provider does not know is waited out as long
@@ -176,7 +180,7 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
         policy = JobWaitPolicy(str(job_id), lost_grace=lost_grace, deadline=deadline)
         final = run_wait(
             follow(policy, poll_interval, self.log, timeout=timeout),
-            read=lambda: self.find_job(job_id),
+            read=(lambda: _observed(self.find_job(job_id), on_poll)) if on_poll else (lambda: self.find_job(job_id)),
             describe_requeue=self.describe_requeue,
             sleep=_sleep,
         )
@@ -393,3 +397,8 @@ class SlurmJobApiAsyncHook(GoogleBaseAsyncHook):
             timeout=sync_hook.timeout,
             retry=sync_hook.retry,
         )
+
+
+def _observed(status: JobStatus | None, on_poll: Callable[[JobStatus | None], object]) -> JobStatus | None:
+    on_poll(status)
+    return status

@@ -13,6 +13,12 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException, conf
 
 from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.client.live_output import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_LINES,
+    DEFAULT_PERIOD,
+    LiveOutputSettings,
+)
 from airflow_provider_slurmapi.client.output import OutputSettings, expand_pattern
 from airflow_provider_slurmapi.client.submission import Outcome, Submission, submission_key, with_key
 from airflow_provider_slurmapi.operators.base import CONNECTION_TEMPLATE_FIELDS, SlurmBaseOperator
@@ -119,6 +125,13 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
     :param timeout: seconds to wait for the job; then the task fails (and the job is cancelled,
         unless ``cancel_on_kill=False``).
     :param cancel_on_kill: cancel the job when the task is killed or times out (default True).
+    :param live_output: show the job's stdout and stderr in the task log while it runs, read from
+        the pieces the job publishes under ``{output_uri}/live/`` (needs ``output_uri`` and
+        ``output_cluster_path``, a bash batch script and the operator's own ``standard_output``).
+        Shown by the task while it waits in the worker.
+    :param live_output_period: whole seconds between two pieces the job publishes (2-3600).
+    :param live_output_max_lines: lines of a stream shown per poll (1-100000); past it, a note.
+    :param live_output_max_bytes: bytes of a stream read per poll (1 KiB-16 MiB); past it, a note.
     :param reuse_completed_job: what a new try does when the job of an earlier try of the same task
         run (found by the key in its comment) already COMPLETED with exit code 0: ``"on_retry"``
         (default) takes it as this try's job when the try is an automatic retry, and runs the job
@@ -150,9 +163,17 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         timeout: float | None = None,
         cancel_on_kill: bool = True,
         reuse_completed_job: str = ReuseCompletedJob.ON_RETRY,
+        live_output: bool = False,
+        live_output_period: int = DEFAULT_PERIOD,
+        live_output_max_lines: int = DEFAULT_MAX_LINES,
+        live_output_max_bytes: int = DEFAULT_MAX_BYTES,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        # refused when the DAG is parsed, naming the argument
+        self.live_output = LiveOutputSettings(
+            live_output, live_output_period, live_output_max_lines, live_output_max_bytes
+        )
         if reuse_completed_job not in tuple(ReuseCompletedJob):
             allowed = ", ".join(repr(v.value) for v in ReuseCompletedJob)
             raise ValueError(f"reuse_completed_job must be one of {allowed}, got {reuse_completed_job!r}")
@@ -189,9 +210,15 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
                 timeout=self.timeout,
                 cancel_on_kill=self.cancel_on_kill,
             )
+        reader = self._live_reader(submission.job_id) if submission.outcome == Outcome.SUBMITTED else None
+        live = {"on_poll": lambda _status: reader.show_new()} if reader else {}
         try:
             status = self.hook.wait_for_job(
-                submission.job_id, poll_interval=self.poll_interval, timeout=self.timeout, lost_grace=self.lost_grace
+                submission.job_id,
+                poll_interval=self.poll_interval,
+                timeout=self.timeout,
+                lost_grace=self.lost_grace,
+                **live,
             )
         except TimeoutError as error:
             self._cancel_after_timeout()
@@ -210,6 +237,7 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         mask_environment(self.job)
         key = record.key
         job = with_output_paths({"name": ti.task_id, **self.job}, self.output_settings, ti, self.log)
+        self.script = self._with_live_output(job, self.script)
         # a script too large for the request is staged, and the wrapper that runs it submitted
         self.script = self.hook.fit_script(with_key(job, key), self.script, self.output_settings, dag_id=ti.dag_id)
         # the first try, or the first after a user's clear: the job runs afresh
@@ -236,6 +264,45 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
                 context, self.output_settings.location_of(expand_pattern(job["standard_output"], job_id=self.job_id))
             )
         return submission
+
+    def _with_live_output(self, job: dict[str, Any], script: str) -> str:
+        """The script, run by the live-output wrapper when live output is on and can work; the
+        live folder and the try's output folder are remembered for the wait."""
+        self._live_folders: tuple[str, str] | None = None
+        if not self.live_output.enabled:
+            return script
+        from airflow_provider_slurmapi.client.errors import InvalidRequestError
+        from airflow_provider_slurmapi.client.live_output import LIVE_FOLDER, live_script, runs_under_bash
+
+        settings = self.output_settings
+        if not settings.readable:
+            raise InvalidRequestError(
+                "live_output", "needs output_uri and output_cluster_path (on the task or the connection)"
+            )
+        out, err = str(job.get("standard_output") or ""), str(job.get("standard_error") or "")
+        folder = out.rsplit("/", 1)[0]
+        if not (out.endswith(("/%j.out", "/%A_%a.out")) and err == out[:-4] + ".err") or not runs_under_bash(script):
+            self.log.warning(
+                "No live output for this job: it needs the operator's own standard_output and "
+                "standard_error and a bash batch script (#!/bin/bash); its output is shown when it ends"
+            )
+            return script
+        live = f"{str(settings.cluster_path).rstrip('/')}/{LIVE_FOLDER}"
+        self._live_folders = (live, folder)
+        return live_script(
+            script, try_folder=folder, live_folder=live, period=self.live_output.period, array="array" in job
+        )
+
+    def _live_reader(self, job_id: str) -> Any:
+        """What shows the job's published lines at each poll; None without live output."""
+        if not getattr(self, "_live_folders", None):
+            return None
+        from airflow_provider_slurmapi.client.live_output import LiveFollower, folder_tag
+        from airflow_provider_slurmapi.hooks.live_reader import LiveOutputReader
+
+        _, folder = self._live_folders  # type: ignore[misc]
+        follower = LiveFollower(job=job_id, tag=folder_tag(folder))
+        return LiveOutputReader(self.hook._object_store(), self.output_settings, self.live_output, follower, self.log)
 
     def _result_key(self, submission: Submission, record: JobIdRecord) -> str | None:
         """The key to the job's result, recorded with its ID (``@task.slurm_python``); a plain job has none."""
