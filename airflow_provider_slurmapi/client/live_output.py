@@ -122,9 +122,9 @@ def live_script(script: str, *, try_folder: str, live_folder: str, period: int, 
     those it sends every process of the job (cancel, time limit, preemption) reach the child
     directly. A piece that cannot be written is skipped, never failing the job; the first failure
     is said once, in one line on the job's stderr (the only line the publisher ever adds there)."""
-    lines = script.splitlines()
-    interpreter = lines[0][2:].strip() if lines and lines[0].startswith("#!") else "/bin/bash"
-    header = _directive_header(lines)
+    from airflow_provider_slurmapi.client.staging import interpreter_and_directives
+
+    interpreter, header = interpreter_and_directives(script)
     delimiter = f"__SLURM_JOB_SCRIPT_{secrets.token_hex(8)}__"
     stem = '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' if array else '"$SLURM_JOB_ID"'
     return "\n".join(
@@ -158,16 +158,6 @@ def runs_under_bash(script: str) -> bool:
     words = first[2:].split()
     program = words[1] if words and words[0].endswith("/env") and len(words) > 1 else (words[0] if words else "")
     return program.rsplit("/", 1)[-1] in ("bash", "sh")
-
-
-def _directive_header(lines: list[str]) -> list[str]:
-    header = []
-    for line in lines[1:]:
-        if line.strip() and not line.startswith("#"):
-            break  # Slurm stops reading directives at the first command
-        if line.startswith("#SBATCH"):
-            header.append(line)
-    return header
 
 
 # The publisher: bash, no tools beyond coreutils. Its own output goes nowhere near the job's.

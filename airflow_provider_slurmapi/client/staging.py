@@ -70,14 +70,7 @@ def wrapper_script(script: str, cluster_file: str, location: str) -> str:
     is what the interpreter reads (``/dev/fd/9``), and no one but the job's user could open it. The
     interpreter sees ``/dev/fd/9`` as the script's path."""
     data = script.encode()
-    lines = script.splitlines()
-    interpreter = lines[0][2:].strip() if lines and lines[0].startswith("#!") else "/bin/bash"
-    header = []
-    for line in lines[1:]:
-        if line.strip() and not line.startswith("#"):
-            break  # Slurm stops reading directives at the first command
-        if line.startswith("#SBATCH"):
-            header.append(line)
+    interpreter, header = interpreter_and_directives(script)
     digest = hashlib.sha256(data).hexdigest()
     refusal = shlex.quote(
         f"slurm-job-api: the staged script {location} {_CHANGED_NOTE} (or is missing): "
@@ -103,6 +96,21 @@ def wrapper_script(script: str, cluster_file: str, location: str) -> str:
             "",
         ]
     )
+
+
+def interpreter_and_directives(script: str) -> tuple[str, list[str]]:
+    """The interpreter of ``script``'s shebang (bash without one) and the ``#SBATCH`` lines of its
+    header, which a script submitted in its place must carry (Slurm reads them only from the
+    submitted script)."""
+    lines = script.splitlines()
+    interpreter = lines[0][2:].strip() if lines and lines[0].startswith("#!") else "/bin/bash"
+    header = []
+    for line in lines[1:]:
+        if line.strip() and not line.startswith("#"):
+            break  # Slurm stops reading directives at the first command
+        if line.startswith("#SBATCH"):
+            header.append(line)
+    return interpreter, header
 
 
 def changed_script_headline(status: JobStatus, error_output: str) -> str:

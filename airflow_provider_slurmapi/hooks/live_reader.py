@@ -61,7 +61,7 @@ class LiveOutputReader:
                     skipped[key] = skipped.get(key, 0) + 1
                     continue
                 shown[key] = shown.get(key, 0) + 1
-                self.log.info("%s", job_lines(line + "\n", prefix)[0] if line else prefix.rstrip())
+                self.log.info("%s", job_lines(line + "\n", prefix)[0])  # escaped, cut, under the prefix
         for key, count in skipped.items():
             run, stream = key.split("-")
             self.log.info(

@@ -139,13 +139,13 @@ class ObjectStore:
                         os.unlink(entry.path)
                     removed.append(location)
             return removed
+        from google.api_core.exceptions import NotFound
+
         prefix = self._name(folder).rstrip("/") + "/"
         bucket = self._bucket(folder)
         for blob in bucket.list_blobs(prefix=prefix, delimiter="/"):
             location = f"gs://{parts.netloc}/{blob.name}"
             if location != keep and _staged_at(blob) < cutoff:
-                from google.api_core.exceptions import NotFound
-
                 with contextlib.suppress(NotFound):
                     blob.delete(if_generation_match=blob.generation)  # not one rewritten since the listing
                 removed.append(location)
