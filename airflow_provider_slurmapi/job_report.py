@@ -28,8 +28,19 @@ class JobReport:
     failure_excerpt: str = ""
 
 
-def report_job_end(hook: SlurmJobApiHook, settings: OutputSettings, status: JobStatus, log: Log) -> JobReport:
-    """Log the finished job's usage and the last lines of its output, from one read of its records."""
+def report_job_end(
+    hook: SlurmJobApiHook,
+    settings: OutputSettings,
+    status: JobStatus,
+    log: Log,
+    *,
+    live_shown: dict[str, int] | None = None,
+) -> JobReport:
+    """Log the finished job's usage and the last lines of its output, from one read of its records.
+
+    ``live_shown``: bytes of the job's stdout and stderr the task log showed while it ran (live
+    output), not shown again; the failure message keeps its excerpt whole.
+    """
     try:
         records = hook.job_records(status.job_id)
     except Exception as error:
@@ -44,6 +55,7 @@ def report_job_end(hook: SlurmJobApiHook, settings: OutputSettings, status: JobS
         log.warning("Cannot read the output of Slurm job %s: %s", status.job_id, error)
         return JobReport(usage)
     for tail in tails:
-        log.info("%s", tail.frame())
+        shown = (live_shown or {}).get(tail.stream, 0) if tail.job_id == status.job_id else 0
+        log.info("%s", tail.without_shown(shown).frame())
     location = next((tail.location for tail in tails if tail.size is not None), None)
     return JobReport(usage, location, "" if status.is_success else error_excerpt(tails))

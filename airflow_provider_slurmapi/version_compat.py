@@ -50,3 +50,13 @@ def determine_kwargs(function: Any, args: Any, context: Any) -> Any:
     except ImportError:
         from airflow.utils.operator_helpers import determine_kwargs as determine  # Airflow 2, 3.1
     return determine(function, args, context)
+
+
+def variables() -> Any:
+    """Airflow's Variable as a task or trigger reaches it: the Task SDK's on Airflow 3 (through
+    the supervisor), the metadata database's on Airflow 2.11."""
+    try:
+        from airflow.sdk import Variable
+    except ImportError:  # Airflow 2
+        from airflow.models import Variable
+    return Variable

@@ -36,6 +36,7 @@ MAX_LINES_RANGE = (1, 100_000)
 DEFAULT_MAX_BYTES = 256 * 1024
 MAX_BYTES_RANGE = (1024, 16 * 1024 * 1024)
 STREAMS = ("out", "err")
+STREAM_NAMES = {"out": "stdout", "err": "stderr"}
 _PIECE = re.compile(
     r"(?P<time>\d{10})-(?P<job>\d+(?:_\d+)?)-(?P<tag>[0-9a-f]{8})-(?P<run>\d+)-(?P<stream>out|err)-(?P<seq>\d{6})"
 )
@@ -105,6 +106,11 @@ class Piece:
     @property
     def name(self) -> str:
         return f"{self.time:010d}-{self.job}-{self.tag}-{self.run}-{self.stream}-{self.seq:06d}"
+
+    @property
+    def key(self) -> str:
+        """The stream this piece continues: one per job ref (an array's task), run and stream."""
+        return f"{self.job}-{self.run}-{self.stream}"
 
 
 def listing_offset(since: float) -> str:
@@ -237,38 +243,43 @@ exit "$__live_status"
 class LiveFollower:
     """A task's view of its job's pieces: which ones it has shown, and the lines they make.
 
-    Each stream of each run (a requeue starts a new one) is shown once and in order: a piece is
-    taken only after the one before it, whatever order the listing finds them in. The state is
-    plain JSON (``to_dict``), so that a trigger that moves to another triggerer goes on where it was.
+    Each stream of each run (a requeue starts a new one) of the job, or of each task of an array,
+    is shown once and in order: a piece is taken only after the one before it, whatever order the
+    listing finds them in. The state is plain JSON (``to_dict``), so that a trigger started again
+    (another triggerer, a restart) goes on where it was.
     """
 
     job: str
     tag: str
     since: int = 0  # the listing's offset: no piece still wanted was published before it
-    next_seq: dict[str, int] | None = None  # "{run}-{stream}" -> the next piece's seq
-    partial: dict[str, str] | None = None  # "{run}-{stream}" -> the last line, not ended yet
+    next_seq: dict[str, int] | None = None  # "{job ref}-{run}-{stream}" -> the next piece's seq
+    partial: dict[str, str] | None = None  # "{job ref}-{run}-{stream}" -> the last line, not ended yet
+    taken: dict[str, int] | None = None  # "{job ref}-{run}-{stream}" -> bytes taken
 
     SKEW = 120  # seconds the nodes' clocks and the mount's uploads may lag the names' order
+
+    def owns(self, piece: Piece) -> bool:
+        return piece.tag == self.tag and (piece.job == self.job or piece.job.startswith(f"{self.job}_"))
 
     def wanted(self, names: list[str]) -> list[Piece]:
         """The pieces among ``names`` (a listing) to read now, in the order they are shown."""
         next_seq = dict(self.next_seq or {})
         found = sorted(
-            (piece for piece in map(Piece.parse, names) if piece and piece.job == self.job and piece.tag == self.tag),
-            key=lambda piece: (piece.run, piece.stream, piece.seq),
+            (piece for piece in map(Piece.parse, names) if piece and self.owns(piece)),
+            key=lambda piece: (piece.job, piece.run, piece.stream, piece.seq),
         )
         chosen = []
         for piece in found:
-            key = f"{piece.run}-{piece.stream}"
-            if piece.seq == next_seq.get(key, 0):
+            if piece.seq == next_seq.get(piece.key, 0):
                 chosen.append(piece)
-                next_seq[key] = piece.seq + 1
+                next_seq[piece.key] = piece.seq + 1
         return chosen
 
     def take(self, piece: Piece, data: bytes) -> list[str]:
         """The lines ``data`` completes (the piece's stream's unfinished line first); the piece is then shown."""
-        key = f"{piece.run}-{piece.stream}"
+        key = piece.key
         self.next_seq = {**(self.next_seq or {}), key: piece.seq + 1}
+        self.taken = {**(self.taken or {}), key: (self.taken or {}).get(key, 0) + len(data)}
         text = (self.partial or {}).get(key, "") + data.decode("utf-8", errors="replace")
         *lines, rest = text.split("\n")
         self.partial = {**(self.partial or {}), key: rest}
@@ -279,6 +290,17 @@ class LiveFollower:
         """Each stream's last line that never ended (shown when the job has ended)."""
         return {key: text for key, text in (self.partial or {}).items() if text}
 
+    def shown_bytes(self) -> dict[str, int]:
+        """Bytes of the job's own stdout and stderr files already shown: those of its latest run
+        (a requeued run writes its files anew), by stream; none for an array's tasks."""
+        latest: dict[str, tuple[int, int]] = {}
+        for key, count in (self.taken or {}).items():
+            job, run, stream = key.rsplit("-", 2)
+            name = STREAM_NAMES[stream]
+            if job == self.job and int(run) >= latest.get(name, (-1, 0))[0]:
+                latest[name] = (int(run), count)
+        return {name: count for name, (_, count) in latest.items()}
+
     def to_dict(self) -> dict[str, object]:
         return {
             "job": self.job,
@@ -286,6 +308,7 @@ class LiveFollower:
             "since": self.since,
             "next_seq": self.next_seq or {},
             "partial": self.partial or {},
+            "taken": self.taken or {},
         }
 
     @classmethod

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -266,6 +266,18 @@ class OutputTail:
     text: str = ""
     size: int | None = None  # bytes in the whole file
     problem: str | None = None  # why nothing (or not everything) could be shown
+
+    def without_shown(self, shown: int) -> OutputTail:
+        """This tail less the file's first ``shown`` bytes, which the task log already showed (live output)."""
+        if self.size is None or shown <= 0 or not self.text:
+            return self
+        unseen = self.size - shown
+        if unseen <= 0:
+            return replace(self, text="", problem=f"all of it ({_size(self.size)}) shown above while the job ran")
+        data = self.text.encode()
+        if unseen >= len(data):
+            return self
+        return replace(self, text=data[-unseen:].decode("utf-8", errors="replace"), problem=None)
 
     @property
     def line_prefix(self) -> str:

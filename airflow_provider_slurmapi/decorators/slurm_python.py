@@ -110,7 +110,7 @@ class _SlurmPythonDecoratedOperator(SlurmDecoratedOperator):
         self._result_keys[submission.job_id] = key
         return key
 
-    def _finish(self, context: Context, status: JobStatus) -> Any:
+    def _finish(self, context: Context, status: JobStatus, *, live_shown: dict[str, int] | None = None) -> Any:
         """The function's return value; its exception, with the cluster-side traceback, if it raised.
 
         A result that is not provably the job's (or too large to read) is refused: the task fails
@@ -122,7 +122,7 @@ class _SlurmPythonDecoratedOperator(SlurmDecoratedOperator):
         except (UntrustedResultError, ObjectTooLargeError) as error:
             outcome, refused = None, error
         try:  # a failure names the state and exit code, and ends with the traceback in the job's stderr
-            super()._finish(context, status)
+            super()._finish(context, status, live_shown=live_shown)
         except AirflowException as failure:
             if refused is not None:
                 self.log.warning("Slurm job %s failed; %s", status.job_id, refused)

@@ -1,88 +1,129 @@
-"""The lines a running job has published (``client/live_output``), into the task log: one listing
-of the output location's ``live/`` folder per read, then one read per new piece of this job."""
+"""The lines a running job has published (``client/live_output``), for the task log: from one
+listing of the output location's ``live/`` folder, one read per new piece of this job.
+
+``collect`` does the reads and returns the log lines without logging them, so that a trigger runs
+it in a thread and logs from its event loop; ``show_new`` is the worker's list-read-log in one.
+"""
 
 from __future__ import annotations
 
+import logging
 import posixpath
 from typing import TYPE_CHECKING
 
 from airflow_provider_slurmapi.client.live_output import (
     LIVE_FOLDER,
+    STREAM_NAMES,
     LiveFollower,
     LiveOutputSettings,
+    Piece,
     listing_offset,
 )
-from airflow_provider_slurmapi.client.output import OutputSettings, job_lines, visible
+from airflow_provider_slurmapi.client.output import job_lines, visible
 
 if TYPE_CHECKING:
     from airflow_provider_slurmapi.client.waiting import Log
     from airflow_provider_slurmapi.hooks.object_store import ObjectStore
 
-STREAM_NAMES = {"out": "stdout", "err": "stderr"}
+Line = tuple[int, str]  # (logging level, text)
+
+
+def live_folder(output_uri: str) -> str:
+    return posixpath.join(str(output_uri), LIVE_FOLDER)
 
 
 class LiveOutputReader:
-    """Shows what a job published since the last read, each line once, under its job's prefix."""
+    """Shows what a job published since the last read, each line once, under its job's prefix.
 
-    def __init__(
-        self, store: ObjectStore, output: OutputSettings, live: LiveOutputSettings, follower: LiveFollower, log: Log
-    ) -> None:
-        self.store, self.output, self.live, self.follower, self.log = store, output, live, follower, log
-        self.folder = posixpath.join(str(output.uri), LIVE_FOLDER)
+    :param within: the ``output_uri`` the pieces are under (a ``file://`` read follows no link below it).
+    """
+
+    def __init__(self, store: ObjectStore, within: str, live: LiveOutputSettings, follower: LiveFollower) -> None:
+        self.store, self.within, self.live, self.follower = store, within, live, follower
+        self.folder = live_folder(within)
         self.failed = False
+        self.last_shown = 0  # the job's lines the last collect gave
 
-    def show_new(self) -> int:
-        """Log the new lines; how many were shown. A read that fails is said once and tried again later."""
+    def trigger_spec(self) -> dict[str, object]:
+        """What a trigger needs to go on showing these lines (``SlurmJobTrigger``'s ``live_output``)."""
+        settings = {"period": self.live.period, "max_lines": self.live.max_lines, "max_bytes": self.live.max_bytes}
+        return {"within": self.within, "job": self.follower.job, "tag": self.follower.tag, **settings}
+
+    def offset(self) -> str:
+        return listing_offset(self.follower.since)
+
+    def show_new(self, log: Log) -> int:
+        """List, read and log the new lines; how many were shown. A failed read is said once and tried again later."""
         try:
-            names = self.store.names_from(self.folder, listing_offset(self.follower.since))
-            pieces = self.follower.wanted(names)
+            names = self.store.names_from(self.folder, self.offset())
         except Exception as error:
-            self._problem(error)
-            return 0
+            lines, self.last_shown = self._problem(error), 0
+        else:
+            lines = self.collect(names)
+        for level, text in lines:
+            log.log(level, "%s", text)
+        return self.last_shown
+
+    def collect(self, names: list[str]) -> list[Line]:
+        """The log lines of the new pieces among ``names`` (a listing of the folder), read now:
+        within the caps per stream (lines and bytes), then a note naming the whole file."""
         shown: dict[str, int] = {}
         read: dict[str, int] = {}
-        skipped: dict[str, int] = {}
-        for piece in pieces:
-            key = f"{piece.run}-{piece.stream}"
-            location = f"{self.folder}/{piece.name}"
+        skipped: dict[str, tuple[Piece, int]] = {}
+        out: list[Line] = []
+        for piece in self.follower.wanted(names):
+            key = piece.key
             if read.get(key, 0) >= self.live.max_bytes:
                 self.follower.take(piece, b"")  # past the cap for this read: counted, not read
-                skipped[key] = skipped.get(key, 0) + 1
+                skipped[key] = (piece, skipped.get(key, (piece, 0))[1] + 1)
                 continue
             try:
-                data = self.store.read(location, 0, self.live.max_bytes, within=self.output.uri)
+                data = self.store.read(f"{self.folder}/{piece.name}", 0, self.live.max_bytes, within=self.within)
             except Exception as error:
-                self._problem(error)
+                out += self._problem(error)
                 break  # the next read starts again at this piece
             read[key] = read.get(key, 0) + len(data)
-            prefix = self._prefix(piece.run, piece.stream)
+            prefix = self.prefix(piece.job, piece.run, piece.stream)
             for line in self.follower.take(piece, data):
                 if shown.get(key, 0) >= self.live.max_lines:
-                    skipped[key] = skipped.get(key, 0) + 1
+                    skipped[key] = (piece, skipped.get(key, (piece, 0))[1] + 1)
                     continue
                 shown[key] = shown.get(key, 0) + 1
-                self.log.info("%s", job_lines(line + "\n", prefix)[0])  # escaped, cut, under the prefix
-        for key, count in skipped.items():
-            run, stream = key.split("-")
-            self.log.info(
-                "%s[... %s of this job's %s not shown here (the caps per read are %s lines and %s bytes):"
-                " the whole output is in its %s file]",
-                self._prefix(int(run), stream),
-                f"{count:,} line(s) or piece(s)",
-                STREAM_NAMES[stream],
-                f"{self.live.max_lines:,}",
-                f"{self.live.max_bytes:,}",
-                STREAM_NAMES[stream],
+                out.append((logging.INFO, job_lines(line + "\n", prefix)[0]))  # escaped, cut, under the prefix
+        for piece, count in skipped.values():
+            stream = STREAM_NAMES[piece.stream]
+            out.append(
+                (
+                    logging.INFO,
+                    f"{self.prefix(piece.job, piece.run, piece.stream)}[... {count:,} line(s) or piece(s) of this job's {stream} not shown here"
+                    f" (the caps per read are {self.live.max_lines:,} lines and {self.live.max_bytes:,} bytes):"
+                    f" the whole output is in its {stream} file]",
+                )
             )
-        return sum(shown.values())
+        self.last_shown = sum(shown.values())
+        return out
 
-    def _prefix(self, run: int, stream: str) -> str:
+    def unended_lines(self) -> list[Line]:
+        """Each stream's last line that has no newline: shown once the job has ended."""
+        lines = []
+        for key, text in self.follower.rest().items():
+            job, run, stream = key.rsplit("-", 2)
+            lines.append((logging.INFO, job_lines(text + "\n", self.prefix(job, int(run), stream))[0]))
+        return lines
+
+    def show_last(self, log: Log) -> None:
+        """After the job ended: the pieces published up to its end, and the lines left without a newline."""
+        self.show_new(log)
+        for level, text in self.unended_lines():
+            log.log(level, "%s", text)
+
+    def prefix(self, job: str, run: int, stream: str) -> str:
         again = f" run {run + 1}" if run else ""
-        return visible(f"[job {self.follower.job}{again} {STREAM_NAMES[stream]}] ")
+        return visible(f"[job {job}{again} {STREAM_NAMES[stream]}] ")
 
-    def _problem(self, error: Exception) -> None:
-        if not self.failed:
-            self.failed = True
-            self.log.warning(
-                "Cannot read the live output of Slurm job %s (tried again each poll): %s", self.follower.job, error
-            )
+    def _problem(self, error: Exception) -> list[Line]:
+        if self.failed:
+            return []
+        self.failed = True
+        job = self.follower.job
+        return [(logging.WARNING, f"Cannot read the live output of Slurm job {job} (tried again each poll): {error}")]

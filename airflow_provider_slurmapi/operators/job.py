@@ -202,6 +202,7 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
             return self._finish(context, submission.status)
         if not self.wait_for_completion:
             return submission.job_id
+        reader = self._live_reader(submission.job_id) if submission.outcome == Outcome.SUBMITTED else None
         if self.deferrable:
             self.defer_until_finished(
                 context,
@@ -209,9 +210,9 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
                 poll_interval=self.poll_interval,
                 timeout=self.timeout,
                 cancel_on_kill=self.cancel_on_kill,
+                live_output=reader and reader.trigger_spec(),
             )
-        reader = self._live_reader(submission.job_id) if submission.outcome == Outcome.SUBMITTED else None
-        live = {"on_poll": lambda _status: reader.show_new()} if reader else {}
+        live = {"on_poll": lambda _status: reader.show_new(self.log)} if reader else {}
         try:
             status = self.hook.wait_for_job(
                 submission.job_id,
@@ -223,7 +224,10 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         except TimeoutError as error:
             self._cancel_after_timeout()
             raise AirflowException(str(error)) from error
-        return self._finish(context, status)
+        if reader is None:
+            return self._finish(context, status)
+        reader.show_last(self.log)
+        return self._finish(context, status, live_shown=reader.follower.shown_bytes())
 
     @staticmethod
     def _job_record(context: Context) -> JobIdRecord:
@@ -302,7 +306,7 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
 
         _, folder = self._live_folders  # type: ignore[misc]
         follower = LiveFollower(job=job_id, tag=folder_tag(folder))
-        return LiveOutputReader(self.hook._object_store(), self.output_settings, self.live_output, follower, self.log)
+        return LiveOutputReader(self.hook._object_store(), str(self.output_settings.uri), self.live_output, follower)
 
     def _result_key(self, submission: Submission, record: JobIdRecord) -> str | None:
         """The key to the job's result, recorded with its ID (``@task.slurm_python``); a plain job has none."""
@@ -319,14 +323,14 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         if self.resumed_by_an_earlier_try(context, deferred_in_try):
             return self.execute(context)
         with self._job_record(context).kept_until_over(self.retries):
-            return self._finish(context, status_from_event(event))
+            return self._finish(context, status_from_event(event), live_shown=(event or {}).get("live_shown"))
 
-    def _finish(self, context: Context, status: JobStatus) -> str:
+    def _finish(self, context: Context, status: JobStatus, *, live_shown: dict[str, int] | None = None) -> str:
         ti = context["ti"]
         ti.xcom_push(key="job_state", value=status.state)
         exit_code = status.effective_exit_code
         ti.xcom_push(key="exit_code", value=exit_code.return_code if exit_code else None)
-        self.finish_job(context, status)
+        self.finish_job(context, status, live_shown=live_shown)
         return status.job_id
 
     def _cancel_after_timeout(self) -> None:

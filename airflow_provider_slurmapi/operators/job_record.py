@@ -37,6 +37,7 @@ from airflow.providers.common.compat.sdk import TaskDeferred
 from airflow_provider_slurmapi.client.paths import validate_job_id
 from airflow_provider_slurmapi.client.submission import KEY_PREFIX
 from airflow_provider_slurmapi.version_compat import mask_secret
+from airflow_provider_slurmapi.version_compat import variables as _variables
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +54,6 @@ class TaskTry(Protocol):
     run_id: str
     try_number: int
     max_tries: int
-
-
-def _variables() -> Any:
-    """Airflow's Variable as a worker reaches it: the Task SDK's on Airflow 3 (through the task
-    runner's supervisor), the metadata database's on Airflow 2.11."""
-    try:
-        from airflow.sdk import Variable
-    except ImportError:  # Airflow 2
-        from airflow.models import Variable
-    return Variable
 
 
 def _text(value: object) -> str | None:

@@ -100,15 +100,15 @@ class SlurmWaitingOperator(SlurmBaseOperator):
         """The output arguments over the connection's ``output_uri`` and ``output_cluster_path``."""
         return self.hook.resolve_output_settings(**self._output_arguments)
 
-    def finish_job(self, context: Context, status: JobStatus) -> None:
+    def finish_job(self, context: Context, status: JobStatus, *, live_shown: dict[str, int] | None = None) -> None:
         """Report the finished job (usage as XCom ``usage``, output in the log and its link), then
         fail the task, naming the state, the reason, the exit code and the end of its error output,
-        unless the job succeeded."""
+        unless the job succeeded. ``live_shown``: the bytes of each stream the log showed while it ran."""
         from airflow_provider_slurmapi.client.staging import changed_script_headline
         from airflow_provider_slurmapi.job_report import report_job_end
 
         self.final_status = status
-        report = report_job_end(self.hook, self.output_settings, status, self.log)
+        report = report_job_end(self.hook, self.output_settings, status, self.log, live_shown=live_shown)
         self.final_usage = report.usage
         if report.usage is not None:
             context["ti"].xcom_push(key="usage", value=report.usage.to_dict())
@@ -133,6 +133,7 @@ class SlurmWaitingOperator(SlurmBaseOperator):
         poll_interval: float,
         timeout: float | None,
         cancel_on_kill: bool = False,
+        live_output: dict[str, Any] | None = None,
     ) -> NoReturn:
         """Hand the wait to the triggerer; ``execute_complete`` receives the trigger's event.
 
@@ -150,6 +151,7 @@ class SlurmWaitingOperator(SlurmBaseOperator):
                 lost_grace=self.lost_grace,
                 cancel_on_kill=cancel_on_kill,
                 shared_polling=self.shared_polling,
+                live_output=live_output,
             ),
             method_name="execute_complete",
             kwargs={"deferred_in_try": context["ti"].try_number},

@@ -51,6 +51,9 @@ class SlurmJobTrigger(BaseTrigger):
         False reads it with a call of its own every interval.
     :param lost_grace: seconds a job may be missing from both the live queue and accounting (which
         can lag), or stay in a state this provider does not know, before the task fails.
+    :param live_output: log the lines the job publishes while it runs (``triggers/live_output``):
+        ``within`` (the output URI), ``job``, ``tag``, ``period``, ``max_lines``, ``max_bytes``;
+        the finished event then tells the bytes of each stream shown (``live_shown``).
     """
 
     def __init__(
@@ -63,8 +66,10 @@ class SlurmJobTrigger(BaseTrigger):
         lost_grace: float = LOST_JOB_GRACE,
         cancel_on_kill: bool = False,
         shared_polling: bool = True,
+        live_output: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        self.live_output = dict(live_output) if live_output else None
         self.shared_polling = shared_polling
         self.lost_grace = lost_grace
         self.cancel_on_kill = cancel_on_kill
@@ -84,6 +89,7 @@ class SlurmJobTrigger(BaseTrigger):
                 "lost_grace": self.lost_grace,
                 "cancel_on_kill": self.cancel_on_kill,
                 "shared_polling": self.shared_polling,
+                "live_output": self.live_output,
             },
         )
 
@@ -107,7 +113,17 @@ class SlurmJobTrigger(BaseTrigger):
                 )
             except Exception as error:  # bad connection or credentials: the task must say why
                 return self._event(EventStatus.ERROR, message=f"cannot reach the Slurm Job API: {error}")
-            return await self._poll_to_the_end(reader)
+            if not self.live_output:
+                return await self._poll_to_the_end(reader)
+            from airflow_provider_slurmapi.triggers.live_output import LiveWatch
+
+            live = await stack.enter_async_context(
+                LiveWatch(self.live_output, self.hook_kwargs, self.poll_interval, self.log)
+            )
+            event = await live.alongside(self._poll_to_the_end(reader))
+            if event.payload.get("status") == EventStatus.FINISHED:
+                event.payload["live_shown"] = live.follower.shown_bytes()
+            return event
 
     async def _poll_to_the_end(self, reader: JobReader | SharedJobReader) -> TriggerEvent:
         policy = JobWaitPolicy(self.job_id, lost_grace=self.lost_grace, deadline=self.deadline)

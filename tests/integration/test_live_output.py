@@ -4,20 +4,28 @@ FUSE does (a closed file appears, an open one does not), and the waiting task lo
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow.providers.common.compat.sdk import TaskDeferred
 
 from airflow_provider_slurmapi.client.errors import InvalidRequestError
 from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
+from airflow_provider_slurmapi.hooks.live_reader import LiveOutputReader
 from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
+from airflow_provider_slurmapi.triggers import live_output as live_triggers
+from airflow_provider_slurmapi.triggers.job import SlurmJobTrigger
 from tests.conftest import connection_json
-from tests.integration.airflow_runtime import context
+from tests.integration.airflow_runtime import context, first_event
 from tests.jobs import JOB
 from tests.storage import BUCKET
+from tests.unit.task_fakes import FakeVariables
 
 PREFIX = f"gs://{BUCKET}/live-runs"
 # prints a line a second for 6 s, stderr too, and a last line without its newline
@@ -51,8 +59,43 @@ def gs_connection(mounted: tuple[Emulator, Path], storage_host: str, monkeypatch
 
 def operator(**kwargs: Any) -> SlurmSubmitJobOperator:
     return SlurmSubmitJobOperator(
-        task_id="t", job=JOB, script=SCRIPT, poll_interval=0.5, deferrable=False, output_wait=5, **kwargs
+        task_id="t", job=JOB, script=SCRIPT, poll_interval=0.5, output_wait=5, **{"deferrable": False, **kwargs}
     )
+
+
+@pytest.fixture
+def variables(monkeypatch: pytest.MonkeyPatch) -> FakeVariables:
+    """Airflow's Variables, where the triggers keep their position (no metadata database here)."""
+    fake = FakeVariables()
+    monkeypatch.setattr(live_triggers, "_variables", lambda: fake)
+    return fake
+
+
+@pytest.fixture
+def collected(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, list[str]]]:
+    """When each read of published pieces happened, and the lines it gave the task log."""
+    seen: list[tuple[float, list[str]]] = []
+    collect = LiveOutputReader.collect
+
+    def spied(self: LiveOutputReader, names: list[str]) -> Any:
+        lines = collect(self, names)
+        seen.append((time.time(), [text for _, text in lines]))
+        return lines
+
+    monkeypatch.setattr(LiveOutputReader, "collect", spied)
+    return seen
+
+
+def deferred_trigger(task: SlurmSubmitJobOperator, ctx: dict[str, Any]) -> SlurmJobTrigger:
+    """The trigger the task deferred to, as a triggerer makes it again from its serialized form."""
+    with pytest.raises(TaskDeferred) as deferred:
+        task.execute(ctx)
+    _, kwargs = deferred.value.trigger.serialize()
+    return SlurmJobTrigger(**json.loads(json.dumps(kwargs)))
+
+
+def lines_of(stream: str, job_id: str, text: str) -> list[str]:
+    return re.findall(rf"\[job {job_id} {stream}\] ((?:step|warning) \d|the end)", text)
 
 
 def test_a_waiting_task_logs_the_jobs_lines_while_it_runs_each_once_and_in_order(
@@ -70,9 +113,10 @@ def test_a_waiting_task_logs_the_jobs_lines_while_it_runs_each_once_and_in_order
     task.execute(ctx)
     log = task_log()
     job_id = ctx["ti"].xcom["job_id"]
-    live = log.split(f"----- Slurm job {job_id} stdout")[0]  # before the end-of-job excerpt
-    assert re.findall(rf"\[job {job_id} stdout\] (step \d)", live) == [f"step {i}" for i in range(1, 7)], live
-    assert re.findall(rf"\[job {job_id} stderr\] (warning \d)", live) == [f"warning {i}" for i in range(1, 7)]
+    assert lines_of("stdout", job_id, log) == [f"step {i}" for i in range(1, 7)] + ["the end"], log
+    assert lines_of("stderr", job_id, log) == [f"warning {i}" for i in range(1, 7)]
+    # the end-of-job excerpt does not repeat them
+    assert f"Slurm job {job_id} stdout: all of it (49 bytes) shown above while the job ran" in log
     # lines reached the log while the job was still running
     assert any(state == "RUNNING" and shown for state, shown in polls), polls
     # the job's own files are what it printed
@@ -95,3 +139,91 @@ def test_live_output_without_an_output_location_is_refused_before_anything_is_se
 def test_bad_live_output_arguments_are_refused_when_the_dag_is_parsed(bad: dict[str, Any]) -> None:
     with pytest.raises(InvalidRequestError, match=next(iter(bad))):
         operator(**bad)
+
+
+def test_a_deferred_task_logs_the_lines_from_the_trigger_while_the_job_runs(
+    gs_connection: Path, task_log: Any, variables: FakeVariables, collected: list[tuple[float, list[str]]]
+) -> None:
+    task = operator(live_output=True, live_output_period=2, deferrable=True)
+    ctx = context()
+    trigger = deferred_trigger(task, ctx)
+    job_id = ctx["ti"].xcom["job_id"]
+    assert trigger.live_output and trigger.live_output["job"] == job_id
+    event = asyncio.run(first_event(trigger))
+    ended = time.time()  # the job ended at most a poll (0.5 s) before the trigger said so
+    log = task_log()
+    assert lines_of("stdout", job_id, log) == [f"step {i}" for i in range(1, 7)] + ["the end"], log
+    assert lines_of("stderr", job_id, log) == [f"warning {i}" for i in range(1, 7)]
+    # lines reached the log while the job ran: seconds before it ended
+    assert any(when < ended - 2 and lines for when, lines in collected), (ended, collected)
+    out_bytes = len("".join(f"step {i}\n" for i in range(1, 7)) + "the end")
+    assert event["live_shown"] == {"stdout": out_bytes, "stderr": len("".join(f"warning {i}\n" for i in range(1, 7)))}
+    assert variables.values == {}  # the wait ended: no position left behind
+    # the end-of-job excerpt does not repeat them
+    assert task.execute_complete(ctx, event, **{"deferred_in_try": 1}) == job_id
+    end = task_log()
+    assert lines_of("stdout", job_id, end) == [], end
+    assert "shown above while the job ran" in end
+
+
+def test_a_trigger_started_again_goes_on_where_the_stopped_one_left_each_line_once(
+    gs_connection: Path, task_log: Any, variables: FakeVariables, collected: list[tuple[float, list[str]]]
+) -> None:
+    task = operator(live_output=True, live_output_period=2, deferrable=True)
+    ctx = context()
+    trigger = deferred_trigger(task, ctx)
+    job_id = ctx["ti"].xcom["job_id"]
+    _, kwargs = trigger.serialize()
+
+    async def stopped_after_some_lines() -> None:
+        watch = asyncio.ensure_future(first_event(trigger))
+        while not any(lines for _, lines in collected):
+            await asyncio.sleep(0.1)
+        watch.cancel()  # the triggerer stops (a restart, a handover)
+        with pytest.raises(asyncio.CancelledError):
+            await watch
+
+    asyncio.run(stopped_after_some_lines())
+    [saved] = variables.values.values()
+    assert json.loads(saved)["job"] == job_id
+    first = task_log()
+    assert 0 < len(lines_of("stdout", job_id, first)) < 7, first
+    event = asyncio.run(first_event(SlurmJobTrigger(**json.loads(json.dumps(kwargs)))))
+    second = task_log()
+    assert "goes on where an earlier trigger of this wait left it" in second
+    both = lines_of("stdout", job_id, first) + lines_of("stdout", job_id, second)
+    assert both == [f"step {i}" for i in range(1, 7)] + ["the end"], (first, second)
+    assert event["status"] == "finished" and variables.values == {}
+
+
+def test_triggers_of_one_output_location_share_one_listing_per_interval(
+    gs_connection: Path, task_log: Any, variables: FakeVariables, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_provider_slurmapi.hooks.object_store import ObjectStore
+
+    listings: list[float] = []
+    names_from = ObjectStore.names_from
+
+    def counted(self: ObjectStore, folder: str, offset: str) -> list[str]:
+        listings.append(time.monotonic())
+        return names_from(self, folder, offset)
+
+    monkeypatch.setattr(ObjectStore, "names_from", counted)
+    triggers, jobs = [], []
+    for _ in range(4):
+        ctx = context()
+        triggers.append(deferred_trigger(operator(live_output=True, live_output_period=2, deferrable=True), ctx))
+        jobs.append(ctx["ti"].xcom["job_id"])
+
+    async def all_of_them() -> list[dict[str, Any]]:
+        return await asyncio.gather(*(first_event(trigger) for trigger in triggers))
+
+    started = time.monotonic()
+    events = asyncio.run(all_of_them())
+    took = time.monotonic() - started
+    log = task_log()
+    for job_id, event in zip(jobs, events, strict=True):
+        assert event["status"] == "finished"
+        assert lines_of("stdout", job_id, log) == [f"step {i}" for i in range(1, 7)] + ["the end"], job_id
+    # one shared listing per 0.5-s interval, plus each trigger's own last one when its job ended
+    assert len(listings) <= took / 0.5 + 1 + len(triggers), (len(listings), took)

@@ -437,6 +437,7 @@ def test_defer_until_finished_raises_task_deferred_with_the_trigger() -> None:
         "lost_grace": 45,
         "cancel_on_kill": True,
         "shared_polling": False,
+        "live_output": None,
     }
     assert kwargs["hook_kwargs"]["impersonation_chain"] == ["a@x"]
     assert deferred.value.method_name == "execute_complete"

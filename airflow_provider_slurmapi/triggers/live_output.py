@@ -1,0 +1,229 @@
+"""Live output from the triggerer: one listing of an output location's ``live/`` folder per
+interval for every trigger whose job publishes there (a poller shared as the job-state poller is),
+then one read per new piece of its own job; the reads run in threads, the lines are logged from
+the event loop.
+
+Where a trigger is (``LiveFollower``) is kept in an Airflow Variable ``slurm_live_output.<tag>.<job>``:
+saved when it stops and at most every ``SAVE_SECONDS`` while it shows lines, read when it starts
+again (a triggerer restart, another triggerer), removed when its wait ends. A triggerer that died
+without stopping its triggers has saved at most ``SAVE_SECONDS`` before: lines shown since may be
+shown again, after a note that says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from asgiref.sync import sync_to_async
+
+from airflow_provider_slurmapi.client.errors import SlurmJobApiError
+from airflow_provider_slurmapi.client.live_output import LiveFollower, LiveOutputSettings, listing_offset
+from airflow_provider_slurmapi.hooks.live_reader import LiveOutputReader, live_folder
+from airflow_provider_slurmapi.triggers.interval_poller import IntervalPoller, PollerRegistry
+from airflow_provider_slurmapi.version_compat import variables as _variables
+
+if TYPE_CHECKING:
+    from airflow_provider_slurmapi.hooks.object_store import ObjectStore
+
+T = TypeVar("T")
+SAVE_SECONDS = 120.0  # the longest a trigger's position goes unsaved while it shows lines
+_SAVING: set[asyncio.Future[None]] = set()  # saves of stopping triggers, kept to their end
+
+
+@dataclass
+class Listing:
+    """One listing of a ``live/`` folder (``names``), or why it failed."""
+
+    names: list[str] = field(default_factory=list)
+    error: SlurmJobApiError | None = None
+
+
+class LiveListingPoller(IntervalPoller[Listing]):
+    """Lists one ``live/`` folder once per interval, from the earliest offset its triggers still need."""
+
+    def __init__(self, key: tuple[Any, ...], spec: dict[str, Any], interval: float) -> None:
+        hook_kwargs = {name: value for name, value in spec.items() if name != "live_folder"}
+        super().__init__(key, hook_kwargs, interval, Listing())
+        self.folder: str = spec["live_folder"]
+        self.followers: dict[int, LiveFollower] = {}
+        self._store: ObjectStore | None = None
+        self._making_store = asyncio.Lock()
+
+    async def store(self) -> ObjectStore:
+        """The object store of the connection's credentials, made once (in a thread: it reads the connection)."""
+        async with self._making_store:  # triggers starting together make one
+            if self._store is None:
+                from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
+
+                hook_kwargs = self.hook_kwargs
+                self._store = await sync_to_async(lambda: SlurmJobApiHook(**hook_kwargs)._object_store())()
+            return self._store
+
+    def _keeps_polling(self) -> bool:
+        return bool(self.followers)
+
+    async def _read(self) -> Listing:
+        offset = min(listing_offset(follower.since) for follower in list(self.followers.values()))
+        store = await self.store()
+        return Listing(await asyncio.to_thread(store.names_from, self.folder, offset))
+
+    def _failed(self, error: SlurmJobApiError) -> Listing:
+        return Listing(error=error)
+
+
+_LISTINGS: PollerRegistry[LiveListingPoller] = PollerRegistry(LiveListingPoller)
+
+
+class PositionStore:
+    """Where a trigger keeps its ``LiveFollower``: an Airflow Variable. A failed save or read is
+    logged, never fatal (the position stays in memory)."""
+
+    def __init__(self, follower: LiveFollower, log: logging.Logger | Any) -> None:
+        self.key = f"slurm_live_output.{follower.tag}.{follower.job}"
+        self.log = log
+
+    async def load(self) -> LiveFollower | None:
+        try:
+            value = await sync_to_async(_variables().get)(self.key, None)
+            return LiveFollower.from_dict(json.loads(value)) if value else None
+        except Exception as error:
+            self.log.warning("Cannot read the live output position %s (lines may be shown again): %s", self.key, error)
+            return None
+
+    async def save(self, follower: LiveFollower) -> None:
+        description = "Position of a Slurm job's live output in its task log (airflow-provider-slurmapi)"
+        try:
+            await sync_to_async(_variables().set)(self.key, json.dumps(follower.to_dict()), description=description)
+        except Exception as error:
+            self.log.warning(
+                "Cannot save the live output position %s (a restart may show lines again): %s", self.key, error
+            )
+
+    async def drop(self) -> None:
+        with contextlib.suppress(Exception):  # nothing was saved, or the Variable cannot be reached
+            await sync_to_async(_variables().delete)(self.key)
+
+
+class LiveWatch(contextlib.AbstractAsyncContextManager):
+    """A trigger's live output: entering it joins the folder's shared listing and reads where an
+    earlier trigger of this wait left; ``alongside`` shows the lines while another wait runs, then
+    the last pieces. Never fails the trigger: a problem is logged once.
+
+    :param spec: the trigger's ``live_output`` argument: ``within`` (the output URI), ``job``,
+        ``tag`` and the ``LiveOutputSettings`` fields.
+    """
+
+    def __init__(self, spec: dict[str, Any], hook_kwargs: dict[str, Any], interval: float, log: Any) -> None:
+        self.settings = LiveOutputSettings(
+            True, spec.get("period", 10), spec.get("max_lines", 1000), spec.get("max_bytes", 256 * 1024)
+        )
+        self.within: str = spec["within"]
+        self.follower = LiveFollower(job=str(spec["job"]), tag=str(spec["tag"]))
+        self.hook_kwargs, self.interval, self.log = hook_kwargs, interval, log
+        self.positions = PositionStore(self.follower, log)
+        self._poller: LiveListingPoller | None = None
+        self._reader: LiveOutputReader | None = None
+        self._saved: dict[str, object] = {}
+        self._saved_at = 0.0
+        self._ended = False
+
+    async def __aenter__(self) -> LiveWatch:
+        earlier = await self.positions.load()
+        if earlier is not None and (earlier.job, earlier.tag) == (self.follower.job, self.follower.tag):
+            self.follower = earlier
+            self._saved = earlier.to_dict()
+            self.log.info(
+                "Live output of Slurm job %s goes on where an earlier trigger of this wait left it"
+                " (lines it showed in its last %g s may be shown again)",
+                self.follower.job,
+                SAVE_SECONDS,
+            )
+        # the first save of each trigger falls anywhere in the period: no burst of saves together
+        self._saved_at = time.monotonic() - random.uniform(0, SAVE_SECONDS)
+        spec = {**self.hook_kwargs, "live_folder": live_folder(self.within)}
+        self._poller = _LISTINGS.join(spec, self.interval)
+        self._poller.followers[id(self)] = self.follower
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        poller, self._poller = self._poller, None
+        if poller is None:
+            return
+        poller.followers.pop(id(self), None)
+        if not poller.followers:
+            await _LISTINGS.release(poller)
+        if not self._ended and self.follower.to_dict() != self._saved:  # stopped: the next trigger goes on from here
+            task = asyncio.ensure_future(self.positions.save(self.follower))
+            _SAVING.add(task)
+            task.add_done_callback(_SAVING.discard)
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(task)
+
+    async def alongside(self, wait: Awaitable[T]) -> T:
+        """``wait``'s result; meanwhile each listing's new lines are shown, and the last ones after it."""
+        showing = asyncio.ensure_future(self._show_each_listing())
+        try:
+            result = await wait
+        finally:
+            showing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await showing
+        await self._show_last()
+        return result
+
+    async def _show_each_listing(self) -> None:
+        assert self._poller is not None
+        while True:
+            listing = await self._poller.next_tick()
+            if listing.error is None:
+                await self._show(listing.names)
+                await self._save_now_and_then()
+
+    async def _show_last(self) -> None:
+        """The pieces published up to the job's end: one listing of this trigger's own."""
+        reader = await self._ready_reader()
+        if reader is None:
+            return
+        try:
+            names = await asyncio.to_thread(reader.store.names_from, reader.folder, reader.offset())
+        except Exception as error:
+            self._log(reader._problem(error))
+        else:
+            await self._show(names)
+        self._log(reader.unended_lines())
+        self._ended = True
+        await self.positions.drop()
+
+    async def _show(self, names: list[str]) -> None:
+        reader = await self._ready_reader()
+        if reader is not None:
+            self._log(await asyncio.to_thread(reader.collect, names))
+
+    async def _ready_reader(self) -> LiveOutputReader | None:
+        if self._reader is None and self._poller is not None:
+            try:
+                store = await self._poller.store()
+            except Exception as error:
+                self.log.warning("Cannot read the live output of Slurm job %s: %s", self.follower.job, error)
+                return None
+            self._reader = LiveOutputReader(store, self.within, self.settings, self.follower)
+        return self._reader
+
+    def _log(self, lines: list[tuple[int, str]]) -> None:
+        for level, text in lines:
+            self.log.log(level, "%s", text)
+
+    async def _save_now_and_then(self) -> None:
+        now = time.monotonic()
+        state = self.follower.to_dict()
+        if state != self._saved and now - self._saved_at >= SAVE_SECONDS:
+            self._saved, self._saved_at = state, now
+            await self.positions.save(self.follower)
