@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_slurmapi import __version__
+from airflow_provider_slurmapi.client.live_output import DEFAULT_PERIOD, PERIOD_RANGE
 from airflow_provider_slurmapi.client.output import DEFAULT_STAGED_RETENTION_DAYS, STAGED_RETENTION_DAYS_RANGE
 from airflow_provider_slurmapi.client.paths import API_VERSION_PATTERN, DEFAULT_API_VERSION
 from airflow_provider_slurmapi.client.retry import (
@@ -93,6 +94,17 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         f"removed when it stages another, {_range(STAGED_RETENTION_DAYS_RANGE)}; 0 keeps them. "
         f"Empty: {DEFAULT_STAGED_RETENTION_DAYS:g}.",
         pattern=r"^\d+(\.\d+)?$",
+    ),
+    "live_output": _text(
+        "Live output: on or off",
+        "true or false: show a job's output in the task log while it runs (needs both output locations). "
+        "Empty: on wherever it can work. A task's live_output argument wins.",
+        pattern="^(true|false|on|off|True|False)$",
+    ),
+    "live_output_period": _text(
+        "Live output: seconds between pieces",
+        f"How often a running job publishes its new output, {_range(PERIOD_RANGE)}. Empty: {DEFAULT_PERIOD}.",
+        pattern=r"^\d+$",
     ),
 }
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-import secrets
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from airflow_provider_slurmapi.client.numbers import checked_number
@@ -35,6 +35,7 @@ DEFAULT_MAX_LINES = 1000
 MAX_LINES_RANGE = (1, 100_000)
 DEFAULT_MAX_BYTES = 256 * 1024
 MAX_BYTES_RANGE = (1024, 16 * 1024 * 1024)
+LIVE_OUTPUT_FIELDS = ("live_output", "live_output_period", "live_output_max_lines", "live_output_max_bytes")
 STREAMS = ("out", "err")
 STREAM_NAMES = {"out": "stdout", "err": "stderr"}
 _PIECE = re.compile(
@@ -48,32 +49,61 @@ class LiveOutputSettings:
 
     :param enabled: publish and show it (needs ``output_uri`` and ``output_cluster_path``).
     :param period: whole seconds between two pieces of a stream (2-3600).
-    :param max_lines: lines of a stream shown per read; past it, a note names the full object.
-    :param max_bytes: bytes of a stream read per read; past it, the same note.
+    :param max_lines: lines of a stream shown per read; past it, a note.
+    :param max_bytes: bytes of a stream read per read; past it, a note.
+    :param explicit: ``enabled`` was asked for (by the task or the connection), not the default:
+        a job that cannot publish is then refused or warned of, not quietly left without.
     """
 
     enabled: bool = True
     period: int = DEFAULT_PERIOD
     max_lines: int = DEFAULT_MAX_LINES
     max_bytes: int = DEFAULT_MAX_BYTES
+    explicit: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            from airflow_provider_slurmapi.client.errors import InvalidRequestError
+        object.__setattr__(self, "enabled", switch("live_output", self.enabled))
+        for name, field, (low, high) in (
+            ("period", "live_output_period", PERIOD_RANGE),
+            ("max_lines", "live_output_max_lines", MAX_LINES_RANGE),
+            ("max_bytes", "live_output_max_bytes", MAX_BYTES_RANGE),
+        ):
+            number = checked_number(field, getattr(self, name), low=low, high=high, whole=True, from_text=True)
+            object.__setattr__(self, name, int(number))
 
-            raise InvalidRequestError("live_output", f"must be True or False, got {self.enabled!r}")
-        period = checked_number(
-            "live_output_period", self.period, low=PERIOD_RANGE[0], high=PERIOD_RANGE[1], whole=True
+    @classmethod
+    def resolve(cls, connection: Mapping[str, object], task: Mapping[str, object]) -> LiveOutputSettings:
+        """The task's arguments over the connection's extras over the defaults (None: not set).
+
+        Keys are the argument names: ``live_output``, ``live_output_period``, ``live_output_max_lines``,
+        ``live_output_max_bytes``; a connection's text (``"false"``, ``"30"``) is read too."""
+        if task.get("live_output") is not None and not isinstance(task["live_output"], bool):
+            switch("live_output", task["live_output"], from_text=False)  # an argument is True or False
+        given = {
+            **{k: v for k, v in connection.items() if v not in (None, "")},
+            **{k: v for k, v in task.items() if v is not None},
+        }
+        return cls(
+            enabled=given.get("live_output", True),  # type: ignore[arg-type]
+            period=given.get("live_output_period", DEFAULT_PERIOD),  # type: ignore[arg-type]
+            max_lines=given.get("live_output_max_lines", DEFAULT_MAX_LINES),  # type: ignore[arg-type]
+            max_bytes=given.get("live_output_max_bytes", DEFAULT_MAX_BYTES),  # type: ignore[arg-type]
+            explicit="live_output" in given,
         )
-        lines = checked_number(
-            "live_output_max_lines", self.max_lines, low=MAX_LINES_RANGE[0], high=MAX_LINES_RANGE[1], whole=True
-        )
-        size = checked_number(
-            "live_output_max_bytes", self.max_bytes, low=MAX_BYTES_RANGE[0], high=MAX_BYTES_RANGE[1], whole=True
-        )
-        object.__setattr__(self, "period", int(period))
-        object.__setattr__(self, "max_lines", int(lines))
-        object.__setattr__(self, "max_bytes", int(size))
+
+
+_SWITCH_TEXT = {"true": True, "on": True, "false": False, "off": False}
+
+
+def switch(field: str, value: object, *, from_text: bool = True) -> bool:
+    """``value`` as on or off: a bool, or (a connection's field, ``from_text``) ``true``/``false``/``on``/``off``."""
+    if isinstance(value, bool):
+        return value
+    if from_text and isinstance(value, str) and value.strip().lower() in _SWITCH_TEXT:
+        return _SWITCH_TEXT[value.strip().lower()]
+    from airflow_provider_slurmapi.client.errors import InvalidRequestError
+
+    raise InvalidRequestError(field, f"must be True or False (true, false, on or off in a connection), got {value!r}")
 
 
 def folder_tag(try_folder: str) -> str:
@@ -131,7 +161,8 @@ def live_script(script: str, *, try_folder: str, live_folder: str, period: int, 
     from airflow_provider_slurmapi.client.staging import interpreter_and_directives
 
     interpreter, header = interpreter_and_directives(script)
-    delimiter = f"__SLURM_JOB_SCRIPT_{secrets.token_hex(8)}__"
+    # the same script wraps the same (a staged wrapper is staged once); no script holds its own hash
+    delimiter = f"__SLURM_JOB_SCRIPT_{hashlib.sha256(script.encode()).hexdigest()[:16]}__"
     stem = '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' if array else '"$SLURM_JOB_ID"'
     return "\n".join(
         [
@@ -154,16 +185,6 @@ def live_script(script: str, *, try_folder: str, live_folder: str, period: int, 
             "",
         ]
     )
-
-
-def runs_under_bash(script: str) -> bool:
-    """Whether the script's shebang names bash or sh (which the wrapper runs it with, unchanged)."""
-    first = script.split("\n", 1)[0]
-    if not first.startswith("#!"):
-        return False
-    words = first[2:].split()
-    program = words[1] if words and words[0].endswith("/env") and len(words) > 1 else (words[0] if words else "")
-    return program.rsplit("/", 1)[-1] in ("bash", "sh")
 
 
 # The publisher: bash, no tools beyond coreutils. Its own output goes nowhere near the job's.

@@ -40,6 +40,7 @@ from airflow_provider_slurmapi.version_compat import mask_secret
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
+    from airflow_provider_slurmapi.client.live_output import LiveOutputSettings
     from airflow_provider_slurmapi.client.staging import StagedScript
     from airflow_provider_slurmapi.hooks.object_store import ObjectStore
 
@@ -208,6 +209,13 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
             staged_retention_days=self._get_field("output_staged_retention_days") or None,
         )
         return replace(connection, **{name: value for name, value in overrides.items() if value is not None})
+
+    def resolve_live_output(self, **task: Any) -> LiveOutputSettings:
+        """Live output as the task asks (``live_output``, ``live_output_period``... where not None),
+        over the connection's extras of the same names, over the defaults (on); validated."""
+        from airflow_provider_slurmapi.client.live_output import LIVE_OUTPUT_FIELDS, LiveOutputSettings
+
+        return LiveOutputSettings.resolve({name: self._get_field(name) for name in LIVE_OUTPUT_FIELDS}, task)
 
     def output_settings(self, **overrides: Any) -> OutputSettings:
         """Deprecated: the name of ``resolve_output_settings`` before 0.4.1, kept for one release."""

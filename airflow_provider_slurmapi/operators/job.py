@@ -6,6 +6,7 @@ their HTTP and Google libraries are imported only when a task runs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -13,12 +14,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException, conf
 
 from airflow_provider_slurmapi.client.jobs import JobStatus
-from airflow_provider_slurmapi.client.live_output import (
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_LINES,
-    DEFAULT_PERIOD,
-    LiveOutputSettings,
-)
+from airflow_provider_slurmapi.client.live_output import LiveOutputSettings
 from airflow_provider_slurmapi.client.output import OutputSettings, expand_pattern
 from airflow_provider_slurmapi.client.submission import Outcome, Submission, submission_key, with_key
 from airflow_provider_slurmapi.operators.base import CONNECTION_TEMPLATE_FIELDS, SlurmBaseOperator
@@ -126,10 +122,13 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         unless ``cancel_on_kill=False``).
     :param cancel_on_kill: cancel the job when the task is killed or times out (default True).
     :param live_output: show the job's stdout and stderr in the task log while it runs, read from
-        the pieces the job publishes under ``{output_uri}/live/`` (needs ``output_uri`` and
-        ``output_cluster_path``, a bash batch script and the operator's own ``standard_output``).
-        Shown by the task while it waits in the worker.
-    :param live_output_period: whole seconds between two pieces the job publishes (2-3600).
+        the pieces the job publishes under ``{output_uri}/live/``, by the trigger of a deferred task
+        or the waiting worker. None (default): the connection's ``live_output`` extra, else on
+        wherever it can work (``output_uri`` and ``output_cluster_path`` set, the operator's own
+        ``standard_output``, a script with a ``#!`` line). True where it cannot work is refused
+        before anything is sent; False turns it off.
+    :param live_output_period: whole seconds between two pieces the job publishes (2-3600);
+        None: the connection's extra, else 10.
     :param live_output_max_lines: lines of a stream shown per poll (1-100000); past it, a note.
     :param live_output_max_bytes: bytes of a stream read per poll (1 KiB-16 MiB); past it, a note.
     :param reuse_completed_job: what a new try does when the job of an earlier try of the same task
@@ -163,17 +162,21 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         timeout: float | None = None,
         cancel_on_kill: bool = True,
         reuse_completed_job: str = ReuseCompletedJob.ON_RETRY,
-        live_output: bool = False,
-        live_output_period: int = DEFAULT_PERIOD,
-        live_output_max_lines: int = DEFAULT_MAX_LINES,
-        live_output_max_bytes: int = DEFAULT_MAX_BYTES,
+        live_output: bool | None = None,
+        live_output_period: int | None = None,
+        live_output_max_lines: int | None = None,
+        live_output_max_bytes: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        # refused when the DAG is parsed, naming the argument
-        self.live_output = LiveOutputSettings(
-            live_output, live_output_period, live_output_max_lines, live_output_max_bytes
-        )
+        self.live_output_arguments = {
+            "live_output": live_output,
+            "live_output_period": live_output_period,
+            "live_output_max_lines": live_output_max_lines,
+            "live_output_max_bytes": live_output_max_bytes,
+        }
+        # refused when the DAG is parsed, naming the argument; the connection's extras come at run time
+        self.live_output = LiveOutputSettings.resolve({}, self.live_output_arguments)
         if reuse_completed_job not in tuple(ReuseCompletedJob):
             allowed = ", ".join(repr(v.value) for v in ReuseCompletedJob)
             raise ValueError(f"reuse_completed_job must be one of {allowed}, got {reuse_completed_job!r}")
@@ -273,22 +276,26 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         """The script, run by the live-output wrapper when live output is on and can work; the
         live folder and the try's output folder are remembered for the wait."""
         self._live_folders: tuple[str, str] | None = None
+        self.live_output = self.hook.resolve_live_output(**self.live_output_arguments)
         if not self.live_output.enabled:
             return script
         from airflow_provider_slurmapi.client.errors import InvalidRequestError
-        from airflow_provider_slurmapi.client.live_output import LIVE_FOLDER, live_script, runs_under_bash
+        from airflow_provider_slurmapi.client.live_output import LIVE_FOLDER, live_script
 
         settings = self.output_settings
         if not settings.readable:
-            raise InvalidRequestError(
-                "live_output", "needs output_uri and output_cluster_path (on the task or the connection)"
-            )
+            if self.live_output.explicit:
+                raise InvalidRequestError(
+                    "live_output", "needs output_uri and output_cluster_path (on the task or the connection)"
+                )
+            return script  # on by default only where it can work
         out, err = str(job.get("standard_output") or ""), str(job.get("standard_error") or "")
         folder = out.rsplit("/", 1)[0]
-        if not (out.endswith(("/%j.out", "/%A_%a.out")) and err == out[:-4] + ".err") or not runs_under_bash(script):
-            self.log.warning(
+        if not (out.endswith(("/%j.out", "/%A_%a.out")) and err == out[:-4] + ".err") or not script.startswith("#!"):
+            self.log.log(
+                logging.WARNING if self.live_output.explicit else logging.INFO,
                 "No live output for this job: it needs the operator's own standard_output and "
-                "standard_error and a bash batch script (#!/bin/bash); its output is shown when it ends"
+                "standard_error and a script starting with #!; its output is shown when it ends",
             )
             return script
         live = f"{str(settings.cluster_path).rstrip('/')}/{LIVE_FOLDER}"

@@ -11,6 +11,7 @@ from airflow.providers.common.compat.sdk import AirflowException, TaskDeferred
 
 from airflow_provider_slurmapi.client.errors import InvalidRequestError
 from airflow_provider_slurmapi.client.jobs import JobStatus, RecordSource
+from airflow_provider_slurmapi.client.live_output import LiveOutputSettings
 from airflow_provider_slurmapi.client.operations import JobRecords
 from airflow_provider_slurmapi.client.output import OutputSettings
 from airflow_provider_slurmapi.client.submission import Outcome, Submission, submission_key
@@ -122,6 +123,26 @@ class FakeHook:
     def resolve_output_settings(self, **overrides: Any) -> OutputSettings:
         self._record("resolve_output_settings", **overrides)
         return self.settings
+
+    def resolve_live_output(self, **task: Any) -> LiveOutputSettings:
+        return LiveOutputSettings.resolve({}, task)  # a connection without live output extras
+
+    def _object_store(self) -> FakeObjectStore:
+        return FakeObjectStore(self.objects)
+
+
+class FakeObjectStore:
+    """The object store of ``FakeHook.objects``: what live output lists and reads."""
+
+    def __init__(self, objects: dict[str, bytes]) -> None:
+        self.objects = objects
+
+    def names_from(self, folder: str, offset: str) -> list[str]:
+        names = (location[len(folder) + 1 :] for location in self.objects if location.startswith(folder + "/"))
+        return sorted(name for name in names if name >= offset)
+
+    def read(self, location: str, wait: float, max_bytes: int, within: str | None = None) -> bytes:
+        return self.objects[location][:max_bytes]
 
 
 class FakeLog:
@@ -775,3 +796,61 @@ def test_cancel_of_a_finished_job_returns_its_state() -> None:
     hook = FakeHook(waited=status(state="COMPLETED"))
     # a job that already finished counts as cancelled: its final state is returned, no failure
     assert cancel_op(hook).execute(ctx()) == "COMPLETED"
+
+
+# --- live output: on by default where it can work ----------------------------------------------
+
+
+def submitted_script(hook: FakeHook) -> str:
+    [((_, script, _), _)] = hook.named("fit_script")
+    return script
+
+
+def test_live_output_is_on_by_default_where_the_output_locations_are_set() -> None:
+    hook = FakeHook(settings=READABLE)
+    submit_op(hook).execute(ctx())
+    script = submitted_script(hook)
+    assert "__live_folder=/mnt/out/live" in script and 'exit "$__live_status"\n' in script
+    assert SCRIPT in script  # the batch script itself, unchanged, run as the wrapper's child
+
+
+def test_without_output_locations_the_default_leaves_the_script_alone() -> None:
+    hook = FakeHook()
+    submit_op(hook).execute(ctx())
+    assert submitted_script(hook) == SCRIPT
+
+
+def test_live_output_false_leaves_the_script_alone() -> None:
+    hook = FakeHook(settings=READABLE)
+    submit_op(hook, live_output=False).execute(ctx())
+    assert submitted_script(hook) == SCRIPT
+
+
+def test_live_output_asked_for_without_output_locations_is_refused_before_anything_is_sent() -> None:
+    hook = FakeHook()
+    with pytest.raises(InvalidRequestError, match="live_output: needs output_uri and output_cluster_path"):
+        submit_op(hook, live_output=True).execute(ctx())
+    assert hook.named("submit_once") == []
+
+
+def test_a_script_of_any_interpreter_is_wrapped() -> None:
+    hook = FakeHook(settings=READABLE)
+    python = "#!/usr/bin/env python3\n#SBATCH --gres=gpu:1\nprint('step 1')\n"
+    submit_op(hook, script=python).execute(ctx())
+    script = submitted_script(hook)
+    assert script.startswith("#!/bin/bash\n#SBATCH --gres=gpu:1\n")
+    assert '/usr/bin/env python3 "$__live_script"' in script
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"live_output": "yes"}, "live_output"),
+        ({"live_output_period": 1}, "live_output_period"),
+        ({"live_output_max_lines": 0}, "live_output_max_lines"),
+        ({"live_output_max_bytes": 10}, "live_output_max_bytes"),
+    ],
+)
+def test_bad_live_output_arguments_are_refused_when_the_dag_is_parsed(arguments: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidRequestError, match=f"^{field}: "):
+        submit_op(**arguments)

@@ -47,7 +47,7 @@ def test_connection_type_declares_every_field() -> None:
         "project_id", "region", "cluster_id", "api_version", "endpoint",
         "key_path", "keyfile_dict", "credential_config_file", "impersonation_chain", "scope",
         "retry_attempts", "retry_max_seconds", "submit_settle_seconds", "output_uri", "output_cluster_path",
-        "output_staged_retention_days",
+        "output_staged_retention_days", "live_output", "live_output_period",
     }  # fmt: skip
     assert conn["conn-fields"]["api_version"]["schema"]["default"] == "v0.0.42"
     assert conn["conn-fields"]["keyfile_dict"]["schema"]["format"] == "password"

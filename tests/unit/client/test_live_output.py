@@ -137,3 +137,29 @@ def test_a_piece_name_reads_back_and_sorts_by_time() -> None:
         Piece(2, "1", "0123abcd", 0, "out", 0).name,
         piece.name,
     ]
+
+
+def test_the_task_wins_over_the_connection_which_wins_over_the_defaults() -> None:
+    connection = {"live_output": "false", "live_output_period": "30", "live_output_max_lines": None}
+    assert LiveOutputSettings.resolve(connection, {}) == LiveOutputSettings(False, 30, explicit=True)
+    task = {"live_output": True, "live_output_period": None, "live_output_max_bytes": 4096}
+    assert LiveOutputSettings.resolve(connection, task) == LiveOutputSettings(True, 30, max_bytes=4096, explicit=True)
+    assert LiveOutputSettings.resolve({"live_output": ""}, {}) == LiveOutputSettings(True, explicit=False)
+
+
+@pytest.mark.parametrize(
+    ("connection", "field"),
+    [({"live_output": "maybe"}, "live_output"), ({"live_output_period": "1"}, "live_output_period")],
+)
+def test_a_bad_connection_extra_is_refused_naming_it(connection: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidRequestError, match=f"^{field}: must be"):
+        LiveOutputSettings.resolve(connection, {})
+
+
+def test_a_python_batch_script_runs_under_the_wrapper_with_the_same_output(tmp_path: Path) -> None:
+    job = Job(tmp_path)
+    script = "#!/usr/bin/env python3\nimport sys, time\nfor i in range(3):\n    print(f'step {i}', flush=True)\n    time.sleep(0.5)\nsys.exit(4)\n"
+    assert job.run(script) == 4
+    assert (job.try_folder / "42.out").read_bytes() == b"step 0\nstep 1\nstep 2\n"
+    published = b"".join(path.read_bytes() for path in sorted(job.live.iterdir()) if "-out-" in path.name)
+    assert published == b"step 0\nstep 1\nstep 2\n"
