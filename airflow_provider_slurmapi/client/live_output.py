@@ -296,12 +296,13 @@ class LiveFollower:
                 next_seq[piece.key] = piece.seq + 1
         return chosen
 
-    def take(self, piece: Piece, data: bytes) -> list[str]:
-        """The lines ``data`` completes (the piece's stream's unfinished line first); the piece is then shown."""
+    def take(self, piece: Piece, data: bytes, *, gap: bool = False) -> list[str]:
+        """The lines ``data`` completes (the piece's stream's unfinished line first); the piece is
+        then shown. ``gap``: the piece is passed over unread (the caps), so no line runs across it."""
         key = piece.key
         self.next_seq = {**(self.next_seq or {}), key: piece.seq + 1}
         self.taken = {**(self.taken or {}), key: (self.taken or {}).get(key, 0) + len(data)}
-        text = (self.partial or {}).get(key, "") + data.decode("utf-8", errors="replace")
+        text = ("" if gap else (self.partial or {}).get(key, "")) + data.decode("utf-8", errors="replace")
         *lines, rest = text.split("\n")
         self.partial = {**(self.partial or {}), key: rest}
         self.since = max(self.since, piece.time - self.SKEW)

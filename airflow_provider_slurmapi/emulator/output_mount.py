@@ -66,6 +66,9 @@ class OutputMount:
         return os.path.join(self.cluster_root, cluster_path.lstrip("/"))
 
 
+UPLOAD_SECONDS = 0.5  # how soon a closed live piece is in the bucket
+
+
 class MountingBackend(SlurmBackend):
     """Any backend, with its finished jobs' output published through an :class:`OutputMount`."""
 
@@ -75,6 +78,8 @@ class MountingBackend(SlurmBackend):
         self._published: dict[str, tuple[int, float]] = {}  # local path -> (size, mtime) uploaded
         self._fetched: dict[str, int] = {}  # local path -> generation of the object downloaded there
         self._client: Any = None
+        self._publishing = asyncio.Lock()  # one upload pass at a time: the timer's or a read's
+        self._uploader: asyncio.Task[None] | None = None
 
     def __getattr__(self, name: str) -> Any:  # the builtin backend's own controls (jobs, scheduler...)
         return getattr(self.inner, name)
@@ -87,9 +92,27 @@ class MountingBackend(SlurmBackend):
 
     async def start(self) -> None:
         await self.inner.start()
+        self._uploader = asyncio.ensure_future(self._upload_closed_pieces())
 
     async def close(self) -> None:
+        if self._uploader is not None:
+            self._uploader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._uploader
         await self.inner.close()
+
+    async def _upload_closed_pieces(self) -> None:
+        """A running job's closed live pieces, uploaded within ``UPLOAD_SECONDS`` of their close
+        (as FUSE uploads a file when it is closed), whether or not anyone reads the API."""
+        while True:
+            await asyncio.sleep(UPLOAD_SECONDS)
+            pieces = await asyncio.to_thread(self._closed_live_pieces)
+            if pieces:
+                await self._publish(pieces)
+
+    async def _publish(self, files: list[str]) -> None:
+        async with self._publishing:
+            await asyncio.to_thread(self.publish, files)
 
     async def handle(self, request: SlurmRequest) -> SlurmAnswer:
         if request.method == "POST" and request.path.endswith("/job/submit"):
@@ -99,7 +122,7 @@ class MountingBackend(SlurmBackend):
             files = [path for job in reply.get("jobs") or [] if isinstance(job, dict) for path in _ended_outputs(job)]
             files += self._closed_live_pieces()  # a running job's closed pieces, as FUSE uploads them
             if files:
-                await asyncio.to_thread(self.publish, files)
+                await self._publish(files)
         return status, reply
 
     def fetch(self) -> None:

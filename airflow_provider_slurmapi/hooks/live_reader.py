@@ -36,10 +36,20 @@ class LiveOutputReader:
     """Shows what a job published since the last read, each line once, under its job's prefix.
 
     :param within: the ``output_uri`` the pieces are under (a ``file://`` read follows no link below it).
+    :param output_folder: where Airflow reads the try's own ``{job}.out`` and ``.err`` (named when
+        lines are skipped); None: not known.
     """
 
-    def __init__(self, store: ObjectStore, within: str, live: LiveOutputSettings, follower: LiveFollower) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        within: str,
+        live: LiveOutputSettings,
+        follower: LiveFollower,
+        output_folder: str | None = None,
+    ) -> None:
         self.store, self.within, self.live, self.follower = store, within, live, follower
+        self.output_folder = output_folder
         self.folder = live_folder(within)
         self.failed = False
         self.last_shown = 0  # the job's lines the last collect gave
@@ -47,7 +57,8 @@ class LiveOutputReader:
     def trigger_spec(self) -> dict[str, object]:
         """What a trigger needs to go on showing these lines (``SlurmJobTrigger``'s ``live_output``)."""
         settings = {"period": self.live.period, "max_lines": self.live.max_lines, "max_bytes": self.live.max_bytes}
-        return {"within": self.within, "job": self.follower.job, "tag": self.follower.tag, **settings}
+        where = {"within": self.within, "output_folder": self.output_folder}
+        return {**where, "job": self.follower.job, "tag": self.follower.tag, **settings}
 
     def offset(self) -> str:
         return listing_offset(self.follower.since)
@@ -73,15 +84,18 @@ class LiveOutputReader:
         out: list[Line] = []
         for piece in self.follower.wanted(names):
             key = piece.key
-            if read.get(key, 0) >= self.live.max_bytes:
-                self.follower.take(piece, b"")  # past the cap for this read: counted, not read
+            budget = self.live.max_bytes - read.get(key, 0)
+            data = b""
+            if budget > 0:
+                try:  # one byte past the budget tells a piece that does not fit
+                    data = self.store.read_head(f"{self.folder}/{piece.name}", budget + 1, within=self.within)
+                except Exception as error:
+                    out += self._problem(error)
+                    break  # the next read starts again at this piece
+            if budget <= 0 or len(data) > budget:
+                self.follower.take(piece, b"", gap=True)  # past the cap for this read: counted, not shown
                 skipped[key] = (piece, skipped.get(key, (piece, 0))[1] + 1)
                 continue
-            try:
-                data = self.store.read(f"{self.folder}/{piece.name}", 0, self.live.max_bytes, within=self.within)
-            except Exception as error:
-                out += self._problem(error)
-                break  # the next read starts again at this piece
             read[key] = read.get(key, 0) + len(data)
             prefix = self.prefix(piece.job, piece.run, piece.stream)
             for line in self.follower.take(piece, data):
@@ -92,12 +106,13 @@ class LiveOutputReader:
                 out.append((logging.INFO, job_lines(line + "\n", prefix)[0]))  # escaped, cut, under the prefix
         for piece, count in skipped.values():
             stream = STREAM_NAMES[piece.stream]
+            whole = f"{self.output_folder}/{piece.job}.{piece.stream}" if self.output_folder else f"its {stream} file"
             out.append(
                 (
                     logging.INFO,
                     f"{self.prefix(piece.job, piece.run, piece.stream)}[... {count:,} line(s) or piece(s) of this job's {stream} not shown here"
                     f" (the caps per read are {self.live.max_lines:,} lines and {self.live.max_bytes:,} bytes):"
-                    f" the whole output is in its {stream} file]",
+                    f" the whole output is in {whole}]",
                 )
             )
         self.last_shown = sum(shown.values())

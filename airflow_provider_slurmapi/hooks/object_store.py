@@ -170,6 +170,27 @@ class ObjectStore:
                 raise FileNotFoundError(f"{location} was not found" + (f" after waiting {wait:g} s" if wait else ""))
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
+    def read_head(self, location: str, max_bytes: int, *, within: str | None = None) -> bytes:
+        """At most the first ``max_bytes`` of the object, in one request (a live output piece: its
+        name came from a listing); FileNotFoundError if it is gone. ``within`` as for ``read``."""
+        parts = urlsplit(location)
+        if parts.scheme == "file":
+            path = unquote(parts.path)
+            root = unquote(urlsplit(within).path) if within else os.path.dirname(path)
+            with open_within(root, path) as file:
+                return file.read(max_bytes)
+        from google.api_core.exceptions import Forbidden, NotFound
+
+        try:
+            return bytes(self._blob(location).download_as_bytes(start=0, end=max_bytes - 1))
+        except NotFound as error:
+            raise FileNotFoundError(f"{location} was not found") from error
+        except Forbidden as error:
+            raise PermissionError(
+                f"{self._principal()} may not read {location}: it needs storage.objects.get on bucket "
+                f"{parts.netloc} (e.g. roles/storage.objectViewer); {error.message}"
+            ) from error
+
     def _read(self, location: str, max_bytes: int, within: str | None) -> bytes | None:
         parts = urlsplit(location)
         if parts.scheme == "file":

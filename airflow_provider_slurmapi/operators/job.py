@@ -244,9 +244,12 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         mask_environment(self.job)
         key = record.key
         job = with_output_paths({"name": ti.task_id, **self.job}, self.output_settings, ti, self.log)
-        self.script = self._with_live_output(job, self.script)
-        # a script too large for the request is staged, and the wrapper that runs it submitted
-        self.script = self.hook.fit_script(with_key(job, key), self.script, self.output_settings, dag_id=ti.dag_id)
+        # a script too large for the request is staged by itself (one object per content, whatever
+        # the try), and the wrapper that runs it submitted; live output wraps what is submitted
+        fitted = self.hook.fit_script(with_key(job, key), self.script, self.output_settings, dag_id=ti.dag_id)
+        self.script = self._with_live_output(job, fitted)
+        if self.script != fitted:  # the live wrapper's few lines may take a script just past the limit
+            self.script = self.hook.fit_script(with_key(job, key), self.script, self.output_settings, dag_id=ti.dag_id)
         # the first try, or the first after a user's clear: the job runs afresh
         new_round = not is_automatic_retry(ti, self.retries)
         adopt_completed = self._may_adopt_completed_job(ti)
@@ -313,7 +316,9 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
 
         _, folder = self._live_folders  # type: ignore[misc]
         follower = LiveFollower(job=job_id, tag=folder_tag(folder))
-        return LiveOutputReader(self.hook._object_store(), str(self.output_settings.uri), self.live_output, follower)
+        settings = self.output_settings
+        output_folder = settings.location_of(folder)  # the try's own files, named when lines are skipped
+        return LiveOutputReader(self.hook._object_store(), str(settings.uri), self.live_output, follower, output_folder)
 
     def _result_key(self, submission: Submission, record: JobIdRecord) -> str | None:
         """The key to the job's result, recorded with its ID (``@task.slurm_python``); a plain job has none."""

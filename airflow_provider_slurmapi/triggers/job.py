@@ -201,11 +201,12 @@ class SlurmJobTrigger(BaseTrigger):
 
     async def _cancel_if_killed(self) -> None:
         """Cancel the job only if a user killed the task: its task instance is no longer DEFERRED.
+        A killed wait's live output position is removed too (no trigger will go on from it).
 
         A task still DEFERRED is watched by a trigger elsewhere (this triggerer stalled and another
         adopted its triggers, or it is shutting down): its job must run on.
         """
-        if not self.cancel_on_kill:
+        if not self.cancel_on_kill and not self.live_output:
             return
         ti = getattr(self, "task_instance", None)
         if ti is None:
@@ -224,6 +225,12 @@ class SlurmJobTrigger(BaseTrigger):
                 ti.task_id,
                 self.job_id,
             )
+            return
+        if self.live_output:
+            from airflow_provider_slurmapi.triggers.live_output import drop_position
+
+            await drop_position(self.live_output, self.log)
+        if not self.cancel_on_kill:
             return
         active = await self._cancel_job()
         outcome = "cancelled" if active else "nothing to cancel for"

@@ -1,7 +1,11 @@
 """Live output from the triggerer: one listing of an output location's ``live/`` folder per
 interval for every trigger whose job publishes there (a poller shared as the job-state poller is),
-then one read per new piece of its own job; the reads run in threads, the lines are logged from
-the event loop.
+then one read per new piece of its own job; the reads run in threads of their own, the lines are
+logged from the event loop.
+
+The listing's names are sorted by job once, in its thread, so that each trigger looks only at its
+job's names: with a thousand jobs publishing, a listing holds thousands of names. The triggers whose
+jobs end together share one last listing, made after they asked.
 
 Where a trigger is (``LiveFollower``) is kept in an Airflow Variable ``slurm_live_output.<tag>.<job>``:
 saved when it stops and at most every ``SAVE_SECONDS`` while it shows lines, read when it starts
@@ -19,15 +23,16 @@ import logging
 import random
 import time
 from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from asgiref.sync import sync_to_async
 
 from airflow_provider_slurmapi.client.errors import SlurmJobApiError
-from airflow_provider_slurmapi.client.live_output import LiveFollower, LiveOutputSettings, listing_offset
+from airflow_provider_slurmapi.client.live_output import LiveFollower, LiveOutputSettings, Piece, listing_offset
 from airflow_provider_slurmapi.hooks.live_reader import LiveOutputReader, live_folder
-from airflow_provider_slurmapi.triggers.interval_poller import IntervalPoller, PollerRegistry
+from airflow_provider_slurmapi.triggers.interval_poller import GATHER_SECONDS, IntervalPoller, PollerRegistry
 from airflow_provider_slurmapi.version_compat import variables as _variables
 
 if TYPE_CHECKING:
@@ -35,15 +40,47 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 SAVE_SECONDS = 120.0  # the longest a trigger's position goes unsaved while it shows lines
+LINES_PER_SLICE = 200  # lines logged before the event loop runs other tasks again
+READ_THREADS = 16  # reads of pieces at once (waiting on Cloud Storage), beside the loop's default threads
 _SAVING: set[asyncio.Future[None]] = set()  # saves of stopping triggers, kept to their end
+_READS: ThreadPoolExecutor | None = None
+
+
+def _reads() -> ThreadPoolExecutor:
+    """The threads that read pieces: a thousand triggers' reads each interval do not queue on the
+    event loop's default threads, which every other trigger of the triggerer uses too."""
+    global _READS
+    if _READS is None:
+        _READS = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="slurm-live-output")
+    return _READS
+
+
+def _job_key(tag: str, job: str) -> tuple[str, str]:
+    """What a piece and its follower share: the tag and the job ID (an array's, for its tasks)."""
+    return tag, job.split("_", 1)[0]
 
 
 @dataclass
 class Listing:
-    """One listing of a ``live/`` folder (``names``), or why it failed."""
+    """One listing of a ``live/`` folder (``names``), or why it failed; ``by_job``: its pieces' names by ``_job_key``."""
 
     names: list[str] = field(default_factory=list)
     error: SlurmJobApiError | None = None
+    by_job: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, names: list[str]) -> Listing:
+        """The listing of these names, each parsed once (in the listing's thread)."""
+        by_job: dict[tuple[str, str], list[str]] = {}
+        for name in names:
+            piece = Piece.parse(name)
+            if piece is not None:
+                by_job.setdefault(_job_key(piece.tag, piece.job), []).append(name)
+        return cls(names, by_job=by_job)
+
+    def names_of(self, follower: LiveFollower) -> list[str]:
+        """The names that may be ``follower``'s pieces (its job's, or its tasks')."""
+        return self.by_job.get(_job_key(follower.tag, follower.job), [])
 
 
 class LiveListingPoller(IntervalPoller[Listing]):
@@ -56,6 +93,7 @@ class LiveListingPoller(IntervalPoller[Listing]):
         self.followers: dict[int, LiveFollower] = {}
         self._store: ObjectStore | None = None
         self._making_store = asyncio.Lock()
+        self._last: asyncio.Future[Listing] | None = None
 
     async def store(self) -> ObjectStore:
         """The object store of the connection's credentials, made once (in a thread: it reads the connection)."""
@@ -71,15 +109,43 @@ class LiveListingPoller(IntervalPoller[Listing]):
         return bool(self.followers)
 
     async def _read(self) -> Listing:
+        if not self.followers:  # the last trigger left while its last listing waited
+            return Listing()
         offset = min(listing_offset(follower.since) for follower in list(self.followers.values()))
         store = await self.store()
-        return Listing(await asyncio.to_thread(store.names_from, self.folder, offset))
+        return await asyncio.to_thread(lambda: Listing.of(store.names_from(self.folder, offset)))
+
+    async def last_listing(self) -> Listing:
+        """A listing begun after this call, for triggers whose jobs ended: those that ask within
+        ``GATHER_SECONDS`` of each other (a tick of the state poller ends many at once) share it."""
+        if self._last is None:
+            self._last = asyncio.ensure_future(self._last_listing())
+        return await asyncio.shield(self._last)
+
+    async def _last_listing(self) -> Listing:
+        try:
+            await asyncio.sleep(GATHER_SECONDS)
+        finally:
+            self._last = None  # who asks from now on gets the next one
+        return await self._read_or_fail()
 
     def _failed(self, error: SlurmJobApiError) -> Listing:
         return Listing(error=error)
 
+    async def close(self) -> None:
+        if self._last is not None:
+            self._last.cancel()
+        await super().close()
+
 
 _LISTINGS: PollerRegistry[LiveListingPoller] = PollerRegistry(LiveListingPoller)
+
+
+def _apart(function: Any) -> Any:
+    """``function`` run in a thread of its own: the first Variable read of a triggerer takes
+    seconds, and on the one thread every ``sync_to_async`` call shares it would hold up the token
+    refreshes, and so the status reads, of every trigger."""
+    return sync_to_async(function, thread_sensitive=False)
 
 
 class PositionStore:
@@ -92,7 +158,7 @@ class PositionStore:
 
     async def load(self) -> LiveFollower | None:
         try:
-            value = await sync_to_async(_variables().get)(self.key, None)
+            value = await _apart(_variables().get)(self.key, None)
             return LiveFollower.from_dict(json.loads(value)) if value else None
         except Exception as error:
             self.log.warning("Cannot read the live output position %s (lines may be shown again): %s", self.key, error)
@@ -101,7 +167,7 @@ class PositionStore:
     async def save(self, follower: LiveFollower) -> None:
         description = "Position of a Slurm job's live output in its task log (airflow-provider-slurmapi)"
         try:
-            await sync_to_async(_variables().set)(self.key, json.dumps(follower.to_dict()), description=description)
+            await _apart(_variables().set)(self.key, json.dumps(follower.to_dict()), description=description)
         except Exception as error:
             self.log.warning(
                 "Cannot save the live output position %s (a restart may show lines again): %s", self.key, error
@@ -109,7 +175,7 @@ class PositionStore:
 
     async def drop(self) -> None:
         with contextlib.suppress(Exception):  # nothing was saved, or the Variable cannot be reached
-            await sync_to_async(_variables().delete)(self.key)
+            await _apart(_variables().delete)(self.key)
 
 
 class LiveWatch(contextlib.AbstractAsyncContextManager):
@@ -126,6 +192,7 @@ class LiveWatch(contextlib.AbstractAsyncContextManager):
             True, spec.get("period", 10), spec.get("max_lines", 1000), spec.get("max_bytes", 256 * 1024)
         )
         self.within: str = spec["within"]
+        self.output_folder: str | None = spec.get("output_folder")
         self.follower = LiveFollower(job=str(spec["job"]), tag=str(spec["tag"]))
         self.hook_kwargs, self.interval, self.log = hook_kwargs, interval, log
         self.positions = PositionStore(self.follower, log)
@@ -134,6 +201,7 @@ class LiveWatch(contextlib.AbstractAsyncContextManager):
         self._saved: dict[str, object] = {}
         self._saved_at = 0.0
         self._ended = False
+        self._in_flight: asyncio.Future[None] | None = None
 
     async def __aenter__(self) -> LiveWatch:
         earlier = await self.positions.load()
@@ -176,6 +244,8 @@ class LiveWatch(contextlib.AbstractAsyncContextManager):
             showing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await showing
+            if self._in_flight is not None:
+                await self._in_flight  # the lines of a read under way, before the last ones
         await self._show_last()
         return result
 
@@ -184,28 +254,32 @@ class LiveWatch(contextlib.AbstractAsyncContextManager):
         while True:
             listing = await self._poller.next_tick()
             if listing.error is None:
-                await self._show(listing.names)
+                await self._show(listing.names_of(self.follower))
                 await self._save_now_and_then()
 
     async def _show_last(self) -> None:
-        """The pieces published up to the job's end: one listing of this trigger's own."""
+        """The pieces published up to the job's end: a listing begun after it ended."""
         reader = await self._ready_reader()
-        if reader is None:
+        if reader is None or self._poller is None:
             return
-        try:
-            names = await asyncio.to_thread(reader.store.names_from, reader.folder, reader.offset())
-        except Exception as error:
-            self._log(reader._problem(error))
+        listing = await self._poller.last_listing()
+        if listing.error is not None:
+            await self._log(reader._problem(listing.error))
         else:
-            await self._show(names)
-        self._log(reader.unended_lines())
+            await self._show(listing.names_of(self.follower))
+        await self._log(reader.unended_lines())
         self._ended = True
         await self.positions.drop()
 
     async def _show(self, names: list[str]) -> None:
         reader = await self._ready_reader()
-        if reader is not None:
-            self._log(await asyncio.to_thread(reader.collect, names))
+        if reader is not None and names:
+            # pieces read are logged even if the wait stops meanwhile: the follower has taken them
+            self._in_flight = asyncio.ensure_future(self._read_and_log(reader, names))
+            await asyncio.shield(self._in_flight)
+
+    async def _read_and_log(self, reader: LiveOutputReader, names: list[str]) -> None:
+        await self._log(await asyncio.get_running_loop().run_in_executor(_reads(), reader.collect, names))
 
     async def _ready_reader(self) -> LiveOutputReader | None:
         if self._reader is None and self._poller is not None:
@@ -214,12 +288,14 @@ class LiveWatch(contextlib.AbstractAsyncContextManager):
             except Exception as error:
                 self.log.warning("Cannot read the live output of Slurm job %s: %s", self.follower.job, error)
                 return None
-            self._reader = LiveOutputReader(store, self.within, self.settings, self.follower)
+            self._reader = LiveOutputReader(store, self.within, self.settings, self.follower, self.output_folder)
         return self._reader
 
-    def _log(self, lines: list[tuple[int, str]]) -> None:
-        for level, text in lines:
+    async def _log(self, lines: list[tuple[int, str]]) -> None:
+        for count, (level, text) in enumerate(lines, 1):
             self.log.log(level, "%s", text)
+            if count % LINES_PER_SLICE == 0:
+                await asyncio.sleep(0)  # thousands of lines do not hold the loop
 
     async def _save_now_and_then(self) -> None:
         now = time.monotonic()
@@ -227,3 +303,9 @@ class LiveWatch(contextlib.AbstractAsyncContextManager):
         if state != self._saved and now - self._saved_at >= SAVE_SECONDS:
             self._saved, self._saved_at = state, now
             await self.positions.save(self.follower)
+
+
+async def drop_position(spec: dict[str, Any], log: Any) -> None:
+    """Remove the position a killed wait kept (``SlurmJobTrigger``'s ``live_output`` spec): no
+    trigger will go on from it."""
+    await PositionStore(LiveFollower(job=str(spec["job"]), tag=str(spec["tag"])), log).drop()

@@ -73,3 +73,21 @@ def test_triggerer_pending_quick_stays_within_its_limits() -> None:
     assert sum(line.startswith("| ") for line in lines) == 2 + 2, result.stdout  # header, rule, 2 phases
     limits = [line for line in lines if line.startswith("Limit: ")]
     assert len(limits) == 2 and all(": held (" in line for line in limits), result.stdout
+
+
+def test_live_output_cost_quick_prints_its_table() -> None:
+    """Both rows: the triggers without live output, then with it."""
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.live_output_cost", "--quick"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith(("| jobs", "| :"))]
+    assert len(rows) == 2, result.stdout
+    assert any(line.startswith("|") and set(line) <= set("|:- ") for line in lines), result.stdout
+    assert any(line.startswith("Machine: ") and "Python" in line and "Airflow" in line for line in lines)
+    assert " of " in rows[1] and "missing" in rows[1], result.stdout

@@ -294,7 +294,14 @@ def test_slurm_output(background: Background) -> None:
     assert result["state"] == "success", log[-8000:]
     job = only_job(result, "train")
     path = f"slurm_output/{result['run_id'].replace(':', '_')}/train/try-1/{job['job_id']}"
-    assert f"----- Slurm job {job['job_id']} stdout: last 4 lines of gs://slurm-output/runs/{path}.out" in log
+    # the job's lines, shown once: while it ran (live output) or in the end-of-job excerpt
+    for line in ["epoch 1/3 done", "epoch 2/3 done", "epoch 3/3 done"]:
+        assert log.count(f"[job {job['job_id']} stdout] {line}") == 1, log[-8000:]
+    assert re.search(
+        rf"Slurm job {job['job_id']} stdout: (all of it \(\d+ bytes\) shown above while the job ran"
+        rf"|last \d+ lines? of gs://slurm-output/runs/{re.escape(path)}\.out)",
+        log,
+    ), log[-8000:]
     assert f"Slurm job {job['job_id']} stderr: empty (gs://slurm-output/runs/{path}.err)" in log
     usage = result["xcom"]["train"]["usage"]
     assert (usage["job_id"], usage["nodes"], usage["gpu_hours"]) == (job["job_id"], 1, 0.0)
@@ -380,8 +387,8 @@ def test_testing_page_commands(background: Background) -> None:
     assert re.search(r"looking for the job by its key in \d+ s, once a submit still under way has landed", output)
     assert "The submit had reached Slurm" in output
     # the run with the emulator's output mount shows the job's output, read from the stand-in
-    assert re.search(r"----- Slurm job \d+ stdout: last 4 lines of gs://slurm-output/runs/slurm_train/", output)
-    assert "epoch 3/3 done" in output
+    assert re.search(r"\[job \d+ stdout\] epoch 3/3 done", output), output[-8000:]
+    assert re.search(r"Slurm job \d+ stdout: (all of it \(\d+ bytes\) shown above|last \d+ lines? of gs://)", output)
 
 
 def test_output_page_commands(background: Background) -> None:

@@ -59,7 +59,7 @@ def gs_connection(mounted: tuple[Emulator, Path], storage_host: str, monkeypatch
 
 def operator(**kwargs: Any) -> SlurmSubmitJobOperator:
     return SlurmSubmitJobOperator(
-        task_id="t", job=JOB, script=SCRIPT, poll_interval=0.5, output_wait=5, **{"deferrable": False, **kwargs}
+        task_id="t", job=JOB, poll_interval=0.5, output_wait=5, **{"script": SCRIPT, "deferrable": False, **kwargs}
     )
 
 
@@ -227,3 +227,58 @@ def test_triggers_of_one_output_location_share_one_listing_per_interval(
         assert lines_of("stdout", job_id, log) == [f"step {i}" for i in range(1, 7)] + ["the end"], job_id
     # one shared listing per 0.5-s interval, plus each trigger's own last one when its job ended
     assert len(listings) <= took / 0.5 + 1 + len(triggers), (len(listings), took)
+
+
+def test_a_killed_wait_leaves_no_position_behind_and_a_still_deferred_one_keeps_it(
+    gs_connection: Path,
+    task_log: Any,
+    variables: FakeVariables,
+    collected: list[tuple[float, list[str]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import types
+
+    from airflow_provider_slurmapi.triggers import job as trigger_module
+
+    state = {"now": "deferred"}
+
+    async def task_state(ti: object) -> str:
+        return state["now"]
+
+    monkeypatch.setattr(trigger_module, "_task_state_v3", task_state)
+    monkeypatch.setattr(trigger_module, "_task_state_v2", task_state)
+    task = operator(live_output=True, live_output_period=2, deferrable=True)
+    trigger = deferred_trigger(task, context())
+    trigger.task_instance = types.SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=-1)
+
+    async def stopped_then_killed(now: str) -> None:
+        watch = asyncio.ensure_future(first_event(trigger))
+        while not any(lines for _, lines in collected):
+            await asyncio.sleep(0.1)
+        watch.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await watch
+        state["now"] = now
+        await trigger.on_kill()  # what Airflow 3.3 calls after a user's action (2.11 to 3.2: the cancel itself)
+
+    asyncio.run(stopped_then_killed("deferred"))  # another triggerer took the wait over
+    assert len(variables.values) == 1
+    collected.clear()
+    asyncio.run(stopped_then_killed("failed"))  # a user marked the task failed: the job is cancelled
+    assert variables.values == {}
+
+
+def test_past_the_caps_a_note_names_the_object_holding_every_line(gs_connection: Path, task_log: Any) -> None:
+    burst = '#!/bin/bash\nfor i in $(seq 1 20); do echo "line $i"; done\nsleep 3\n'
+    task = operator(script=burst, live_output_period=2, live_output_max_lines=3)
+    ctx = context()
+    task.execute(ctx)
+    job_id = ctx["ti"].xcom["job_id"]
+    log = task_log()
+    live = log.split(f"Slurm job {job_id} is COMPLETED")[0]
+    assert re.findall(rf"\[job {job_id} stdout\] (line \d+)", live) == ["line 1", "line 2", "line 3"], live
+    stem = f"{PREFIX}/operator_tests/{ctx['ti'].run_id.replace(':', '_')}/t/try-1/{job_id}"
+    assert (
+        f"[job {job_id} stdout] [... 17 line(s) or piece(s) of this job's stdout not shown here (the caps per read"
+        f" are 3 lines and 262,144 bytes): the whole output is in {stem}.out]"
+    ) in log, log

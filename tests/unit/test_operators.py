@@ -141,7 +141,7 @@ class FakeObjectStore:
         names = (location[len(folder) + 1 :] for location in self.objects if location.startswith(folder + "/"))
         return sorted(name for name in names if name >= offset)
 
-    def read(self, location: str, wait: float, max_bytes: int, within: str | None = None) -> bytes:
+    def read_head(self, location: str, max_bytes: int, within: str | None = None) -> bytes:
         return self.objects[location][:max_bytes]
 
 
@@ -802,7 +802,7 @@ def test_cancel_of_a_finished_job_returns_its_state() -> None:
 
 
 def submitted_script(hook: FakeHook) -> str:
-    [((_, script, _), _)] = hook.named("fit_script")
+    *_, ((_, script, _), _) = hook.named("fit_script")
     return script
 
 
