@@ -60,7 +60,7 @@ def line_text(job: int, number: int) -> str:
 def serve_stand_in(port: int) -> None:
     """``gcp-storage-emulator`` in memory, with two changes that make it answer as Cloud Storage does
     at this scale: a listing starts at ``startOffset`` (or after ``pageToken``) and holds at most
-    ``maxResults`` (1,000) names, and no write rewrites a metadata file of every object (which made
+    ``maxResults`` (1,000) names (only their names with ``fields=items(name)...``), and no write rewrites a metadata file of every object (which made
     each upload cost time in proportion to the objects stored)."""
     from gcp_storage_emulator import storage as emulator_storage  # type: ignore[import-untyped]
     from gcp_storage_emulator.handlers import objects  # type: ignore[import-untyped]
@@ -80,6 +80,8 @@ def serve_stand_in(port: int) -> None:
                 (item for item in body.get("items") or [] if item["name"] >= start and item["name"] > after),
                 key=lambda item: item["name"],
             )
+            if (query.get("fields") or [""])[0].startswith("items(name)"):  # a partial response, as Cloud Storage gives
+                items = [{"name": item["name"]} for item in items]
             body = {**body, "items": items[:limit], "prefixes": sorted(body.get("prefixes") or [])}
             if len(items) > limit:
                 body["nextPageToken"] = items[limit - 1]["name"]

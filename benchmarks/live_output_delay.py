@@ -4,11 +4,8 @@ A job prints ``line N <epoch seconds>`` (``date +%s.%N``) every second for ``--s
 run by the built-in emulator and, when this machine can run it (root, the Debian chroot of
 ``scripts/slurm-up.sh``), by a real Slurm 24.11 behind the emulator's slurmrestd backend. The job
 publishes its output through the live-output wrapper under the emulator's output mount, which
-uploads each closed piece to a Cloud Storage stand-in (``gcp-storage-emulator``) as Cloud Storage
-FUSE would. The emulator uploads at each read of its API, so a closed piece waits there for the
-trigger's next job-state read (``uploads at reads``), where FUSE would upload it at once: a
-second mode reads ``/ping`` every ``UPLOAD_SECONDS`` beside the trigger (``uploads as FUSE``),
-so that pieces are uploaded within that long of their close. The task defers (``SlurmSubmitJobOperator``,
+uploads each closed piece to a Cloud Storage stand-in (``gcp-storage-emulator``) within half a
+second of its close, as Cloud Storage FUSE would. The task defers (``SlurmSubmitJobOperator``,
 ``deferrable=True``), and its ``SlurmJobTrigger`` runs in this process's event loop as a
 triggerer runs it; a logging handler on the trigger's logger notes when each line is logged
 (``time.time()`` on emit). A line's delay is that time less the time the job printed it.
@@ -18,7 +15,7 @@ or logged twice, are counted too.
 
     .venv/bin/python -m benchmarks.live_output_delay              # 60-s jobs, (10, 10) and (2, 2)
     .venv/bin/python -m benchmarks.live_output_delay --quick      # 12-s jobs, (2, 2) only
-    .venv/bin/python -m benchmarks.live_output_delay --backends builtin --settings 10:10 --uploads fuse
+    .venv/bin/python -m benchmarks.live_output_delay --backends builtin --settings 10:10
 """
 
 from __future__ import annotations
@@ -31,7 +28,6 @@ import os
 import re
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,8 +42,6 @@ PREFIX = f"gs://{BUCKET}/live-delay"
 JOB = {"name": "live-delay", "environment": ["PATH=/usr/bin:/bin"], "current_working_directory": "/tmp"}
 SHOWN = re.compile(r"^\[job (?P<job>\d+) stdout\] line (?P<number>\d+) (?P<printed>\d+\.\d+)$")
 SLACK = 5.0  # the bound's fixed part, in seconds
-UPLOAD_SECONDS = 0.5  # uploads as FUSE: the longest a closed piece waits to be uploaded
-UPLOADS = {"reads": "at reads", "fuse": "as FUSE"}
 
 
 def job_script(seconds: int) -> str:
@@ -57,7 +51,6 @@ def job_script(seconds: int) -> str:
 @dataclass
 class Result:
     backend: str
-    uploads: str
     period: int
     poll: float
     printed: int
@@ -74,7 +67,7 @@ class Result:
         p50 = f"{median(self.delays):.1f}" if self.delays else "-"
         worst = max(self.delays) if self.delays else float("nan")
         within = "yes" if self.delays and worst <= self.bound and len(self.delays) == self.printed else "no"
-        settings = [self.backend, UPLOADS[self.uploads], str(self.period), f"{self.poll:g}"]
+        settings = [self.backend, str(self.period), f"{self.poll:g}"]
         return [*settings, shown, p50, f"{worst:.1f}", f"{self.bound:g}", within]
 
 
@@ -118,45 +111,21 @@ def deferred_trigger(period: int, poll: float, seconds: int) -> tuple[Any, str]:
     raise RuntimeError("the task did not defer")
 
 
-@contextmanager
-def uploading(uploads: str) -> Iterator[None]:
-    """Uploads as FUSE: a read of the emulator's API every ``UPLOAD_SECONDS``, each uploading the closed pieces."""
-    if uploads != "fuse":
-        yield
-        return
-    from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
-
-    hook, stop = SlurmJobApiHook(), threading.Event()
-
-    def read_now_and_then() -> None:
-        while not stop.wait(UPLOAD_SECONDS):
-            hook.call("GET", "/slurm/v0.0.42/ping")
-
-    reader = threading.Thread(target=read_now_and_then)
-    reader.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        reader.join()
-
-
-def measure(backend: str, uploads: str, period: int, poll: float, seconds: int) -> Result:
+def measure(backend: str, period: int, poll: float, seconds: int) -> Result:
     from tests.integration.airflow_runtime import first_event
 
     lines = LineTimes()
-    log = logging.getLogger(f"benchmarks.live_output_delay.{backend}.{uploads}.{period}.{poll:g}")
+    log = logging.getLogger(f"benchmarks.live_output_delay.{backend}.{period}.{poll:g}")
     log.addHandler(lines)
     log.setLevel(logging.INFO)
     log.propagate = False
     started = time.monotonic()
-    with uploading(uploads):
-        trigger, job_id = deferred_trigger(period, poll, seconds)
-        trigger._log = log  # the trigger's lines, to the handler
-        event = asyncio.run(first_event(trigger, timeout=seconds + 10 * (period + poll) + 120))
+    trigger, job_id = deferred_trigger(period, poll, seconds)
+    trigger._log = log  # the trigger's lines, to the handler
+    event = asyncio.run(first_event(trigger, timeout=seconds + 10 * (period + poll) + 120))
     if event.get("status") != "finished":
         raise RuntimeError(f"job {job_id} did not finish: {event}")
-    result = Result(backend, uploads, period, poll, seconds, wall=time.monotonic() - started)
+    result = Result(backend, period, poll, seconds, wall=time.monotonic() - started)
     seen = lines.seen.get(job_id, [])
     numbers = [number for number, _, _ in seen]
     result.twice = len(numbers) - len(set(numbers))
@@ -221,7 +190,6 @@ def parse_args() -> argparse.Namespace:
         "--settings", nargs="+", default=None, help="PERIOD:POLL pairs (default 10:10 2:2, or 2:2 with --quick)"
     )
     parser.add_argument("--backends", nargs="+", choices=("builtin", "slurm"), default=["builtin", "slurm"])
-    parser.add_argument("--uploads", nargs="+", choices=tuple(UPLOADS), default=list(UPLOADS))
     args = parser.parse_args()
     args.seconds = args.seconds or (12 if args.quick else 60)
     settings = args.settings or (["2:2"] if args.quick else ["10:10", "2:2"])
@@ -252,15 +220,12 @@ def main() -> None:
             work = Path(temp) / backend
             work.mkdir()
             with emulator_for(backend, work, stand_in.url):
-                for uploads in args.uploads:
-                    for period, poll in args.settings:
-                        result = measure(backend, uploads, period, poll, args.seconds)
-                        what = f"{backend}, uploads {UPLOADS[uploads]}, period {period} s, poll {poll:g} s"
-                        print(f"{what}: {result.wall:.0f} s", flush=True)
-                        results.append(result)
+                for period, poll in args.settings:
+                    result = measure(backend, period, poll, args.seconds)
+                    print(f"{backend}, period {period} s, poll {poll:g} s: {result.wall:.0f} s", flush=True)
+                    results.append(result)
     headers = [
         "backend",
-        "uploads",
         "period (s)",
         "poll (s)",
         "lines shown",
@@ -273,9 +238,7 @@ def main() -> None:
     print(markdown_table(headers, [result.row() for result in results]))
     twice = [result for result in results if result.twice]
     for result in twice:
-        print(
-            f"{result.backend}, uploads {UPLOADS[result.uploads]}, period {result.period}: {result.twice} shown twice"
-        )
+        print(f"{result.backend}, period {result.period}: {result.twice} shown twice")
 
 
 if __name__ == "__main__":

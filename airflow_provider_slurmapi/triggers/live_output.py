@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 SAVE_SECONDS = 120.0  # the longest a trigger's position goes unsaved while it shows lines
 LINES_PER_SLICE = 200  # lines logged before the event loop runs other tasks again
-READ_THREADS = 16  # reads of pieces at once (waiting on Cloud Storage), beside the loop's default threads
+READ_THREADS = 4  # reads of pieces at once: few, so that the event loop is not starved of the GIL
 _SAVING: set[asyncio.Future[None]] = set()  # saves of stopping triggers, kept to their end
 _READS: ThreadPoolExecutor | None = None
 
