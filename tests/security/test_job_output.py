@@ -66,16 +66,6 @@ def gs_output(mounted: tuple[Emulator, Path], storage_host: str, monkeypatch: py
 
 
 @pytest.fixture
-def shared_folder(emulator: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A ``file://`` output folder that the workers and the cluster's nodes both mount."""
-    root = tmp_path / "shared"
-    root.mkdir()
-    extra = {"output_uri": f"file://{root}", "output_cluster_path": str(root)}
-    monkeypatch.setenv("AIRFLOW_CONN_SLURM_JOB_API_DEFAULT", connection_json(emulator, **extra))
-    return root
-
-
-@pytest.fixture
 def worker_secret(tmp_path: Path) -> Path:
     """A file outside the output folder that the worker's user can read (a key, a config)."""
     secret = tmp_path / "worker-home" / "secret.txt"

@@ -12,22 +12,11 @@ from typing import Any
 import pytest
 
 from airflow_provider_slurmapi.client.live_output import Piece, folder_tag
-from airflow_provider_slurmapi.emulator import Emulator
 from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
-from tests.conftest import connection_json
 from tests.integration.airflow_runtime import context
 from tests.jobs import JOB
 
 pytestmark = pytest.mark.security
-
-
-@pytest.fixture
-def shared_folder(emulator: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "shared"
-    root.mkdir()
-    extra = {"output_uri": f"file://{root}", "output_cluster_path": str(root)}
-    monkeypatch.setenv("AIRFLOW_CONN_SLURM_JOB_API_DEFAULT", connection_json(emulator, **extra))
-    return root
 
 
 def run_task(body: str, **kwargs: Any) -> str:
