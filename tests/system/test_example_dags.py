@@ -46,7 +46,9 @@ def emulator(
     if request.param == "builtin":
         mount = work / "cluster-output"
         mount.mkdir()
-        config = EmulatorConfig(min_job_age=1.0, kill_wait=1.0, output_mount=f"{mount}={OUTPUT_URI}", **common)
+        # KillWait past the live-output wrapper's last publish (up to a second after its script ends),
+        # as on real clusters (Slurm's default is 30 s): an interrupted job then ends by its own signal
+        config = EmulatorConfig(min_job_age=1.0, kill_wait=3.0, output_mount=f"{mount}={OUTPUT_URI}", **common)
     else:
         slurm = request.getfixturevalue("real_slurm")
         mount = Path("/tmp/airflow-job-output")
