@@ -202,6 +202,7 @@ class LiveWatch(contextlib.AbstractAsyncContextManager):
         self._saved_at = 0.0
         self._ended = False
         self._in_flight: asyncio.Future[None] | None = None
+        self._surprised = False
 
     async def __aenter__(self) -> LiveWatch:
         earlier = await self.positions.load()
@@ -245,7 +246,8 @@ class LiveWatch(contextlib.AbstractAsyncContextManager):
             with contextlib.suppress(asyncio.CancelledError):
                 await showing
             if self._in_flight is not None:
-                await self._in_flight  # the lines of a read under way, before the last ones
+                with contextlib.suppress(Exception):  # said by the loop that started it
+                    await self._in_flight  # the lines of a read under way, before the last ones
         await self._show_last()
         return result
 
@@ -254,8 +256,16 @@ class LiveWatch(contextlib.AbstractAsyncContextManager):
         while True:
             listing = await self._poller.next_tick()
             if listing.error is None:
-                await self._show(listing.names_of(self.follower))
+                try:
+                    await self._show(listing.names_of(self.follower))
+                except Exception as error:  # live output never ends the wait: the next listing reads on
+                    self._surprise(error)
                 await self._save_now_and_then()
+
+    def _surprise(self, error: Exception) -> None:
+        if not self._surprised:
+            self._surprised = True
+            self.log.warning("Live output of Slurm job %s: a read failed (tried again): %r", self.follower.job, error)
 
     async def _show_last(self) -> None:
         """The pieces published up to the job's end: a listing begun after it ended."""
@@ -266,7 +276,10 @@ class LiveWatch(contextlib.AbstractAsyncContextManager):
         if listing.error is not None:
             await self._log(reader._problem(listing.error))
         else:
-            await self._show(listing.names_of(self.follower))
+            try:
+                await self._show(listing.names_of(self.follower))
+            except Exception as error:  # the job's end is reported whatever its last read did
+                self._surprise(error)
         await self._log(reader.unended_lines())
         self._ended = True
         await self.positions.drop()

@@ -282,3 +282,26 @@ def test_past_the_caps_a_note_names_the_object_holding_every_line(gs_connection:
         f"[job {job_id} stdout] [... 17 line(s) or piece(s) of this job's stdout not shown here (the caps per read"
         f" are 3 lines and 262,144 bytes): the whole output is in {stem}.out]"
     ) in log, log
+
+
+def test_a_read_that_raises_anything_never_ends_the_wait_and_the_next_listing_reads_on(
+    gs_connection: Path, task_log: Any, variables: FakeVariables, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    collect, calls = LiveOutputReader.collect, []
+
+    def surprising(self: LiveOutputReader, names: list[str]) -> Any:
+        calls.append(names)
+        if len(calls) == 1:
+            raise RuntimeError("a surprise in the read")
+        return collect(self, names)
+
+    monkeypatch.setattr(LiveOutputReader, "collect", surprising)
+    task = operator(live_output=True, live_output_period=2, deferrable=True)
+    ctx = context()
+    trigger = deferred_trigger(task, ctx)
+    job_id = ctx["ti"].xcom["job_id"]
+    event = asyncio.run(first_event(trigger))
+    assert event["status"] == "finished", event
+    log = task_log()
+    assert lines_of("stdout", job_id, log) == [f"step {i}" for i in range(1, 7)] + ["the end"], log
+    assert log.count("a surprise in the read") == 1, log
