@@ -11,7 +11,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from airflow_provider_slurmapi.hooks.shared_files import UnsafeOutputPath, open_within, write_within
@@ -190,10 +190,7 @@ class ObjectStore:
         except NotFound as error:
             raise FileNotFoundError(f"{location} was not found") from error
         except Forbidden as error:
-            raise PermissionError(
-                f"{self._principal()} may not read {location}: it needs storage.objects.get on bucket "
-                f"{parts.netloc} (e.g. roles/storage.objectViewer); {error.message}"
-            ) from error
+            raise self._may_not_read(location, error) from error
 
     def _read(self, location: str, max_bytes: int, within: str | None) -> bytes | None:
         parts = urlsplit(location)
@@ -221,10 +218,15 @@ class ObjectStore:
         except NotFound:
             return None
         except Forbidden as error:
-            raise PermissionError(
-                f"{self._principal()} may not read {location}: it needs storage.objects.get on bucket "
-                f"{parts.netloc} (e.g. roles/storage.objectViewer); {error.message}"
-            ) from error
+            raise self._may_not_read(location, error) from error
+
+    def _may_not_read(self, location: str, error: Any) -> PermissionError:
+        """Who may not read what, and the permission that is missing (a refused read of ``location``)."""
+        bucket = urlsplit(location).netloc
+        return PermissionError(
+            f"{self._principal()} may not read {location}: it needs storage.objects.get on bucket "
+            f"{bucket} (e.g. roles/storage.objectViewer); {error.message}"
+        )
 
     def _blob(self, location: str) -> Blob:
         return self._bucket(location).blob(self._name(location))
