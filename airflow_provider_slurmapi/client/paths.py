@@ -132,3 +132,12 @@ class SlurmPaths:
 
     def ping(self) -> str:
         return f"/slurm/{self.api_version}/ping"
+
+    def partitions(self) -> str:
+        return f"/slurm/{self.api_version}/partitions/"
+
+    def nodes(self) -> str:
+        return f"/slurm/{self.api_version}/nodes/"
+
+    def accounting_tres(self) -> str:
+        return f"/slurmdb/{self.api_version}/tres/"

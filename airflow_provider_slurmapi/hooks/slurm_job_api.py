@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from functools import cached_property
@@ -23,7 +22,7 @@ from google.auth.transport.requests import AuthorizedSession
 from airflow_provider_slurmapi.client.aio import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.client.api import SyncOperations
 from airflow_provider_slurmapi.client.cluster import ClusterRef
-from airflow_provider_slurmapi.client.errors import InvalidArgumentError, SlurmJobApiError
+from airflow_provider_slurmapi.client.errors import SlurmJobApiError
 from airflow_provider_slurmapi.client.jobs import JobStatus, RecordSource
 from airflow_provider_slurmapi.client.operations import JobRecords
 from airflow_provider_slurmapi.client.output import OutputSettings, OutputTail, output_files
@@ -40,6 +39,7 @@ from airflow_provider_slurmapi.version_compat import mask_secret
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
+    from airflow_provider_slurmapi.client.cluster_check import ClusterReport
     from airflow_provider_slurmapi.client.live_output import LiveOutputSettings
     from airflow_provider_slurmapi.client.staging import StagedScript
     from airflow_provider_slurmapi.hooks.object_store import ObjectStore
@@ -217,15 +217,6 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
 
         return LiveOutputSettings.resolve({name: self._get_field(name) for name in LIVE_OUTPUT_FIELDS}, task)
 
-    def output_settings(self, **overrides: Any) -> OutputSettings:
-        """Deprecated: the name of ``resolve_output_settings`` before 0.4.1, kept for one release."""
-        warnings.warn(
-            "SlurmJobApiHook.output_settings() is now resolve_output_settings()",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.resolve_output_settings(**overrides)
-
     def read_job_output(
         self,
         job_id: str | int,
@@ -318,17 +309,25 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
         email = getattr(self.get_credentials(), "service_account_email", None)
         return email if isinstance(email, str) and "@" in email else "the connection's principal"
 
+    def check_cluster(
+        self, *, probe_job: bool = True, partition: str | None = None, probe_timeout: float | None = None
+    ) -> ClusterReport:
+        """What the cluster gives the provider (access, partitions, GPUs, accounting, job comments, the
+        jobs' Unix user, other users' jobs), each finding with what follows and how to fix it.
+        ``probe_job`` submits one job of a few seconds (to ``partition``, else the default one)."""
+        from airflow_provider_slurmapi.client.cluster_check import PROBE_TIMEOUT, check_cluster
+
+        name = f"{self.cluster.cluster_id} ({self.cluster.region})"
+        timeout = PROBE_TIMEOUT if probe_timeout is None else probe_timeout
+        return check_cluster(
+            self, name, self.settings.paths, probe_job=probe_job, partition=partition, probe_timeout=timeout
+        )
+
     def test_connection(self) -> tuple[bool, str]:
-        """Ping the cluster through the API (the connection form's Test button)."""
+        """The cluster check without its probe job (the connection form's Test button)."""
         try:
-            try:
-                reply = self.client.ping()
-                pings = reply.get("pings") or [{}]
-                detail = f"slurmctld {pings[0].get('pinged', 'answered')}"
-            except InvalidArgumentError:
-                # The API may not forward /ping; listing jobs proves the same access.
-                detail = f"{len(self.client.list_jobs())} jobs in the queue"
-            return True, f"Connected to {self.cluster.cluster_id} ({self.cluster.region}): {detail}"
+            report = self.check_cluster(probe_job=False)
+            return report.ok, f"{'Connected to' if report.ok else 'Cannot use'} {report.cluster}: {report.summary()}"
         except (SlurmJobApiError, ValueError) as error:
             return False, str(error)
         except Exception as error:  # credentials problems come in many types

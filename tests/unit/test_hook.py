@@ -51,7 +51,8 @@ class ScriptedClient(SyncOperations):
                     outcome = None
                     continue
                 self.calls.append((step.method, step.path))
-                answers = self.script[(step.method, step.path)]
+                key = (step.method, step.path)
+                answers = self.script[key if key in self.script else (step.method, step.path.split("?")[0])]
                 outcome = answers.pop(0) if len(answers) > 1 else answers[0]
                 if not isinstance(outcome, (SlurmReply, SlurmJobApiError)):
                     raise outcome
@@ -243,26 +244,49 @@ def test_resolve_output_settings_validates(
         hook.resolve_output_settings(**overrides)
 
 
-def test_test_connection_pings(make_hook: Callable[..., SlurmJobApiHook]) -> None:
-    hook = make_hook({("GET", f"/slurm/{V}/ping"): [SlurmReply(200, {"pings": [{"pinged": "UP"}]})]})
-    assert hook.test_connection() == (True, "Connected to c1 (us-central1): slurmctld UP")
+def answered_reads(**replaced: list[Answer]) -> dict[tuple[str, str], list[Answer]]:
+    """The reads of the cluster check without its probe job, answered as a small cluster would."""
+    reads: dict[str, list[Answer]] = {
+        "ping": [SlurmReply(200, {"pings": [{"pinged": "UP"}]})],
+        "partitions/": [SlurmReply(200, {"partitions": [{"name": "debug", "nodes": {"total": 1}}]})],
+        "nodes/": [SlurmReply(200, {"nodes": [{"name": "n1", "gres": "gpu:l4:1", "partitions": ["debug"]}]})],
+        "jobs/": [SlurmReply(200, {"jobs": [{"job_id": 1, "user_name": "alice"}, {"job_id": 2, "user_name": "bob"}]})],
+    }
+    accounting: dict[str, list[Answer]] = {
+        "jobs/": [SlurmReply(200, {"jobs": []})],
+        "tres/": [SlurmReply(200, {"TRES": [{"type": "gres", "name": "gpu", "id": 1001}]})],
+    }
+    script = {("GET", f"/slurm/{V}/{k}"): v for k, v in reads.items()}
+    script |= {("GET", f"/slurmdb/{V}/{k}"): v for k, v in accounting.items()}
+    return script | {("GET", f"/slurm/{V}/{k}"): v for k, v in replaced.items()}
+
+
+def test_test_connection_runs_the_cluster_checks_reads(make_hook: Callable[..., SlurmJobApiHook]) -> None:
+    hook = make_hook(answered_reads())
+    ok, message = hook.test_connection()
+    assert ok and message.startswith("Connected to c1 (us-central1): "), message
+    # what the probe job would tell is said to be unchecked; the rest was ok
+    assert message.count("unknown: not checked without the probe job") == 2 and "failed" not in message, message
+    assert not [call for call in hook.client.calls if call[0] != "GET"]
 
 
 def test_test_connection_lists_jobs_when_ping_is_not_forwarded(make_hook: Callable[..., SlurmJobApiHook]) -> None:
-    jobs = {"jobs": [{"job_id": 1, "job_state": ["RUNNING"]}, {"job_id": 2, "job_state": ["PENDING"]}]}
-    hook = make_hook(
-        {
-            ("GET", f"/slurm/{V}/ping"): [InvalidArgumentError(400, "INVALID_ARGUMENT", "no such path")],
-            ("GET", f"/slurm/{V}/jobs/"): [SlurmReply(200, jobs)],
-        }
-    )
-    assert hook.test_connection() == (True, "Connected to c1 (us-central1): 2 jobs in the queue")
+    refused = InvalidArgumentError(400, "INVALID_ARGUMENT", "no such path")
+    ok, message = make_hook(answered_reads(ping=[refused])).test_connection()
+    assert ok, message
+    hook = make_hook(answered_reads(ping=[refused]))
+    report = hook.check_cluster(probe_job=False)
+    assert report.findings[0].found == "the API answers and forwards to slurmrestd (2 jobs in the queue)"
 
 
 def test_test_connection_reports_a_refusal(make_hook: Callable[..., SlurmJobApiHook]) -> None:
     denied = PermissionDeniedError(403, "PERMISSION_DENIED", "no access to c1")
     ok, message = make_hook({("GET", f"/slurm/{V}/ping"): [denied]}).test_connection()
-    assert not ok and message == "PERMISSION_DENIED (403): no access to c1"
+    assert not ok
+    assert (
+        message
+        == "Cannot use c1 (us-central1): access failed: permission denied: PERMISSION_DENIED (403): no access to c1"
+    )
 
 
 def test_test_connection_reports_other_errors_by_type(make_hook: Callable[..., SlurmJobApiHook]) -> None:
@@ -294,14 +318,10 @@ def test_bad_api_version_refused(make_hook: Callable[..., SlurmJobApiHook]) -> N
         SlurmJobApiHook("unit_slurm", api_version="latest")
 
 
-def test_the_old_name_of_resolve_output_settings_warns_and_gives_the_same(
-    make_hook: Callable[..., SlurmJobApiHook],
-) -> None:
-    hook = make_hook(output_uri="gs://bucket/runs", output_cluster_path="/mnt/out")
-    with pytest.warns(DeprecationWarning, match=r"output_settings\(\) is now resolve_output_settings\(\)"):
-        old = hook.output_settings(tail_lines=7)
-    assert old == hook.resolve_output_settings(tail_lines=7)
-    assert (old.uri, old.cluster_path, old.tail_lines) == ("gs://bucket/runs", "/mnt/out", 7)
+def test_output_settings_is_resolve_output_settings_only() -> None:
+    """The name before 0.4.1 is gone; the operators' ``output_settings`` property is theirs."""
+    assert not hasattr(SlurmJobApiHook, "output_settings")
+    assert callable(SlurmJobApiHook.resolve_output_settings)
 
 
 # --- scripts past the request limit ------------------------------------------------------------
