@@ -3,14 +3,16 @@
 Usage: ``python run_examples.py SPEC.json RESULTS.json``. The environment names the Airflow home
 and the DAGs folder (``AIRFLOW_HOME``, ``AIRFLOW__CORE__DAGS_FOLDER``); this process creates the
 metadata database, starts an emulator, points ``slurm_job_api_default`` at it and runs each entry
-of SPEC (``{"name", "dag_id", "conf", "faults", "output"}``) in turn. RESULTS gets, per entry, the
-run's state, each task's state and XComs, and the Slurm jobs each task submitted (found by the key
-in their comment). Each run's log lies between ``=== BEGIN <name>`` and ``=== END <name>`` lines on
-stdout.
+of SPEC (``{"name", "dag_id", "conf", "faults", "output", "emulator"}``) in turn. RESULTS gets, per
+entry, the run's state, each task's state and XComs, and the Slurm jobs each task submitted (found
+by the key in their comment). Each run's log lies between ``=== BEGIN <name>`` and ``=== END
+<name>`` lines on stdout.
 
 When an entry has ``"output": true``, its connection names where job output goes: a directory that
 the emulator publishes to a Cloud Storage stand-in (``gcp-storage-emulator``, started for it), as
-Cloud Storage FUSE would (``OUTPUT_URI``).
+Cloud Storage FUSE would (``OUTPUT_URI``). ``"emulator"`` holds ``EmulatorConfig`` settings for the
+one emulator of the process, e.g. ``{"partitions": ["a3:gpu:h100:8", "debug"]}`` (as
+``--partition a3:gpu:h100:8 --partition debug``): every entry of a SPEC that sets it sets the same.
 """
 
 from __future__ import annotations
@@ -42,6 +44,14 @@ def connection(url: str, key_file: Path, output_dir: Path | None = None) -> str:
     if output_dir is not None:
         extra.update(output_uri=OUTPUT_URI, output_cluster_path=str(output_dir))
     return json.dumps({"conn_type": "slurm_job_api", "extra": extra})
+
+
+def emulator_settings(spec: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``EmulatorConfig`` settings the entries ask for (lists as tuples); one emulator serves them all."""
+    asked = [entry["emulator"] for entry in spec if entry.get("emulator")]
+    if any(settings != asked[0] for settings in asked):
+        raise ValueError(f"the entries of one process ask for different emulators: {asked}")
+    return {key: tuple(value) if isinstance(value, list) else value for key, value in (asked or [{}])[0].items()}
 
 
 def jobs_by_task(dag_id: str, run_id: str, task_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -112,6 +122,7 @@ def run(spec: list[dict[str, Any]], results_path: Path) -> None:
             kill_wait=1.0,
             min_job_age=60.0,
             **mount,
+            **emulator_settings(spec),
         )
         emulator = stack.enter_context(Emulator(config))
         for entry in spec:
