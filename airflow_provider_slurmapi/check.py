@@ -6,6 +6,7 @@ when the check could not run (a connection that cannot be used)."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from airflow_provider_slurmapi.client.cluster_check import PROBE_TIMEOUT
@@ -46,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_slurmapi.client.errors import SlurmJobApiError
     from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 
+    # the findings say what went wrong: the client's own warnings (retries, Slurm's notes) would only repeat it
+    provider_log = logging.getLogger("airflow_provider_slurmapi")
+    level = provider_log.level
+    provider_log.setLevel(logging.ERROR)
     try:
         report = SlurmJobApiHook(args.conn_id).check_cluster(
             probe_job=args.probe_job, partition=args.partition, probe_timeout=args.probe_timeout
@@ -53,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     except (SlurmJobApiError, ValueError) as error:
         print(f"slurm-job-api-check: {error}", file=sys.stderr)
         return 2
+    finally:
+        provider_log.setLevel(level)
     print(report.text())
     return 0 if report.ok else 1
 

@@ -233,7 +233,7 @@ def _probe(
     accounting: bool,
 ) -> dict[str, Any]:
     """Submit the probe job, wait for its end, read it back: ``{"job_id", "user", "partition",
-    "comment_kept", "error"}`` (what it could tell)."""
+    "asked", "comment_kept", "error"}`` (what it could tell)."""
     comment = f"{PROBE_NAME} {uuid.uuid4().hex}"
     job: dict[str, Any] = {
         "name": PROBE_NAME,
@@ -251,7 +251,7 @@ def _probe(
     except SlurmJobApiError as error:
         return {"error": f"the probe job was refused: {error}"}
     deadline = clock() + timeout
-    probe: dict[str, Any] = {"job_id": job_id}
+    probe: dict[str, Any] = {"job_id": job_id, "asked": bool(partition)}
     live: dict[str, Any] = {}
     while clock() < deadline:
         live = (_read(client, paths.job(job_id), "jobs") or [{}])[0] or live
@@ -285,7 +285,8 @@ def _probe_findings(probe: dict[str, Any] | None, *, accounting: bool) -> list[F
             f"jobs write their output as Unix user {user}: output_cluster_path must be writable by it, "
             "and job events filtered by user see jobs under that name"
         )
-        partition = f"; the default partition is {probe['partition']}" if probe.get("partition") else ""
+        where = probe.get("partition")
+        partition = f"; the default partition is {where}" if where and not probe.get("asked") else ""
         findings.append(Finding("jobs run as", Status.OK, f"{user} (probe job {job}){partition}", meaning))
     else:
         findings.append(Finding("jobs run as", Status.UNKNOWN, probe.get("error") or "the probe job named no user"))

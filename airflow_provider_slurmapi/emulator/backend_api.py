@@ -73,8 +73,10 @@ class SlurmBackend(abc.ABC):
 
 
 SLURM_PATH = re.compile(r"^/(slurm|slurmdb)/(v0\.0\.4[0-2])/(.*)$")  # (service, version, route)
-_SLURM_ROUTES = re.compile(r"^(job/submit|job/[^/]+|jobs/?|jobs/state/?|ping/?)$")
-_SLURMDB_ROUTES = re.compile(r"^(job/[^/]+|jobs/?)$")
+_SLURM_ROUTES = re.compile(
+    r"^(job/submit|job/[^/]+|jobs/?|jobs/state/?|ping/?|partitions/?|partition/[^/]+|nodes/?|node/[^/]+)$"
+)
+_SLURMDB_ROUTES = re.compile(r"^(job/[^/]+|jobs/?|tres/?)$")
 
 
 def is_slurm_route(path: str) -> bool:

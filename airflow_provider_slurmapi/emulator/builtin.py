@@ -21,7 +21,8 @@ from airflow_provider_slurmapi.emulator.backend_api import (
     SlurmRequest,
     is_slurm_route,
 )
-from airflow_provider_slurmapi.emulator.job_desc import SubmitError, new_job
+from airflow_provider_slurmapi.emulator.cluster_replies import NO_SLURMDBD, ClusterView
+from airflow_provider_slurmapi.emulator.job_desc import SubmitError, new_job, user_name
 from airflow_provider_slurmapi.emulator.job_model import Job, State, epoch_seconds
 from airflow_provider_slurmapi.emulator.runner import ProcessRunner
 from airflow_provider_slurmapi.emulator.scheduler import (
@@ -31,6 +32,7 @@ from airflow_provider_slurmapi.emulator.scheduler import (
     SECONDS_PER_MINUTE,
     Scheduler,
 )
+from airflow_provider_slurmapi.emulator.slurm_conf import SlurmConf
 
 _JOB_ID = re.compile(r"^(\d+)(?:_(\d+))?$")
 
@@ -272,7 +274,8 @@ def _state_order(jobs: list[Job]) -> list[Job]:
 
 
 class BuiltinBackend(SlurmBackend):
-    """A one-node Slurm stand-in: jobs run as local processes, one process group each."""
+    """A Slurm stand-in with a node per partition (``slurm_conf``): jobs run as local processes,
+    one process group each."""
 
     def __init__(
         self,
@@ -286,9 +289,12 @@ class BuiltinBackend(SlurmBackend):
         virtual_jobs: bool = False,
         requeue_delay: float = REQUEUE_DELAY,
         job_comments: bool = True,
+        slurm_conf: SlurmConf | None = None,
     ) -> None:
         self.cluster = cluster
         self.job_comments = job_comments
+        self.slurm_conf = slurm_conf or SlurmConf()
+        self.view = ClusterView(self.slurm_conf, cluster, epoch_seconds())
         self.scheduler = Scheduler(
             ProcessRunner(cluster, state_dir, virtual=virtual_jobs),
             min_job_age=min_job_age,
@@ -345,6 +351,8 @@ class BuiltinBackend(SlurmBackend):
         service, version, route = match.groups()
         route = route.rstrip("/")
         if service == "slurmdb":
+            if not self.slurm_conf.accounting:
+                return NO_SLURMDBD
             return self._slurmdb_route(version, route, request)
         return self._slurm_route(version, route, request)
 
@@ -357,7 +365,7 @@ class BuiltinBackend(SlurmBackend):
         if route.startswith("job/"):
             job_ref = route.removeprefix("job/")
             if request.method == "GET":
-                return self._get_job(version, job_ref)
+                return self._get_job(version, job_ref, request.principal)
             if request.method == "DELETE":
                 return self._delete_job(version, job_ref, request)
             return self._bad_method(kind, version, "op_handler_job")
@@ -367,6 +375,11 @@ class BuiltinBackend(SlurmBackend):
             return self._list_jobs(version, request)
         if route == "jobs/state":
             return self._jobs_state(version, request)
+        what, _, name = route.partition("/")
+        if what in ("partitions", "partition"):
+            return self.view.partitions(version, name or None)
+        if what in ("nodes", "node"):
+            return self.view.nodes(version, name or None, list(self.jobs.values()))
         return 200, replies.envelope(kind, version, self.cluster, {"pings": [replies.ping()]})
 
     def _slurmdb_route(self, version: str, route: str, request: SlurmRequest) -> SlurmAnswer:
@@ -374,14 +387,16 @@ class BuiltinBackend(SlurmBackend):
             return self._bad_method("slurmdbd", version, "op_handler_job" if route != "jobs" else "op_handler_jobs")
         if route == "jobs":
             return self._slurmdb_jobs(version, request)
-        return self._slurmdb_job(version, route.removeprefix("job/"))
+        if route == "tres":
+            return self.view.tres(version)
+        return self._slurmdb_job(version, route.removeprefix("job/"), request.principal)
 
-    def _get_job(self, version: str, job_ref: str) -> SlurmAnswer:
+    def _get_job(self, version: str, job_ref: str, principal: str) -> SlurmAnswer:
         ref = _parse_ref(job_ref)
         if ref is None:
             return self._bad_method("slurmctld", version, "op_handler_job")
         # real slurmrestd ignores a task suffix here: 123_4 answers like 123 (the whole array)
-        jobs = [j for j in self._records(ref[0]) if self.scheduler.in_queue(j)]
+        jobs = [j for j in self._records(ref[0]) if self.scheduler.in_queue(j) and self._visible(j, principal)]
         fields: dict[str, Any] = {
             "jobs": [replies.slurm_job(j, self.cluster) for j in jobs],
             "last_backfill": replies.number(0),
@@ -403,7 +418,7 @@ class BuiltinBackend(SlurmBackend):
 
     def _list_jobs(self, version: str, request: SlurmRequest) -> SlurmAnswer:
         warnings = []
-        jobs = self._queue()
+        jobs = [j for j in self._queue() if self._visible(j, request.principal)]
         last_update = epoch_seconds()  # when the answer was made, as slurmctld stamps it
         since = (request.query.get("update_time") or [""])[0]
         if since.isdigit() and self.scheduler.last_change < int(since):
@@ -477,7 +492,7 @@ class BuiltinBackend(SlurmBackend):
 
     def _submit(self, version: str, request: SlurmRequest) -> SlurmAnswer:
         try:
-            job, warnings = new_job(request.body, request.principal, self.scheduler.next_job_id)
+            job, warnings = new_job(request.body, request.principal, self.scheduler.next_job_id, self.slurm_conf)
         except SubmitError as exc:
             return _slurm_error(
                 exc.status, exc.number, exc.error, exc.description, exc.source, "slurmctld", version, self.cluster
@@ -490,11 +505,11 @@ class BuiltinBackend(SlurmBackend):
             fields = {}
         return 200, replies.envelope("slurmctld", version, self.cluster, fields, warnings=warnings)
 
-    def _slurmdb_job(self, version: str, job_ref: str) -> SlurmAnswer:
+    def _slurmdb_job(self, version: str, job_ref: str, principal: str) -> SlurmAnswer:
         ref = _parse_ref(job_ref)
         if ref is None:
             return self._bad_method("slurmdbd", version, "op_handler_job")
-        jobs = self._accounted(*ref)
+        jobs = [job for job in self._accounted(*ref) if self._visible(job, principal)]
         jobs = [run for job in jobs for run in (*job.runs, job)]  # one record per run, oldest first
         now = epoch_seconds()
         warnings = []
@@ -523,7 +538,7 @@ class BuiltinBackend(SlurmBackend):
         except _QueryRefused as refused:
             errors = [*refused.errors, replies.error(9000, replies.PARSE_ERROR, _QUERY_REJECTED, "op_handler_jobs")]
             return 422, replies.envelope("slurmdbd", version, self.cluster, {}, errors=errors)
-        records = self._selected_records(query)
+        records = self._selected_records(query, request.principal)
         warnings = []
         if not records:
             warnings.append(replies.warning(f"slurmdb_jobs_get(0x{id(self):x}) found nothing", "_dump_jobs"))
@@ -534,10 +549,10 @@ class BuiltinBackend(SlurmBackend):
             "slurmdbd", version, self.cluster, fields, errors=query.state_errors, warnings=warnings
         )
 
-    def _selected_records(self, query: _JobsQuery) -> list[dict[str, Any]]:
+    def _selected_records(self, query: _JobsQuery, principal: str) -> list[dict[str, Any]]:
         """The accounting records ``query`` selects, one per run, by job ID and oldest run first."""
         now = epoch_seconds()
-        jobs = sorted(self.jobs.values(), key=lambda j: j.job_id)
+        jobs = sorted((j for j in self.jobs.values() if self._visible(j, principal)), key=lambda j: j.job_id)
         if query.steps:
             picked = {id(job) for ref in query.steps for job in self._accounted(*ref)}
             jobs = [j for j in jobs if id(j) in picked]
@@ -549,7 +564,12 @@ class BuiltinBackend(SlurmBackend):
 
     def _user_names(self, principal: str) -> set[str]:
         """The user names accounting can resolve: the caller's and those of every job's owner."""
-        return {principal.split("@")[0] or "emulator", *(j.user_name for j in self.jobs.values())}
+        return {user_name(principal), *(j.user_name for j in self.jobs.values())}
+
+    def _visible(self, job: Job, principal: str) -> bool:
+        """With ``PrivateData=jobs``, slurmctld and slurmdbd show a user only its own jobs: another's
+        reads as no job at all. (jobs/state shows every job: slurmctld does not filter it.)"""
+        return not self.slurm_conf.private_data or job.user_name == user_name(principal)
 
     def _unparsable_query(self, kind: str, version: str, source: str) -> SlurmAnswer:
         # real slurmrestd answers 400 text/plain "Unable to parse query."; we keep the reply JSON

@@ -2,7 +2,8 @@
 
 Every flag has an environment variable ``SLURM_JOB_API_EMULATOR_<FLAG>`` (e.g.
 ``SLURM_JOB_API_EMULATOR_PORT``); flags win over variables. Repeatable flags take a
-comma-separated list in their variable.
+comma-separated list in their variable, but ``--partition`` a space-separated one (a partition's
+GRES may hold commas).
 
 Faults (see ``faults.py``): ``--fault-rate 0.1 --fault-kinds unavailable:3,reset_after --fault-seed 1``
 fails about one call in ten; ``--fault-script FILE`` fails chosen calls. Any call from this machine
@@ -126,11 +127,41 @@ def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
         default=_env_flag("NO_JOB_COMMENTS"),
         help="accounting keeps no job comments, as Slurm without AccountingStoreFlags=job_comment",
     )
+    _add_slurm_conf_arguments(p)
     p.add_argument(
         "--virtual-jobs",
         action="store_true",
         default=_env_flag("VIRTUAL_JOBS"),
         help="run no processes: a job lasts $EMULATOR_RUNTIME s and exits $EMULATOR_EXIT_CODE (scale tests)",
+    )
+
+
+def _add_slurm_conf_arguments(p: argparse.ArgumentParser) -> None:
+    """The built-in cluster's partitions and accounting, as its slurm.conf would set them."""
+    p.add_argument(
+        "--partition",
+        action="append",
+        metavar="SPEC",
+        help="repeatable: NAME, or NAME:GRES with Slurm's node Gres (a3:gpu:h100:8: a node with 8 h100 GPUs); "
+        "the first is the default partition; default: debug",
+    )
+    p.add_argument(
+        "--private-data",
+        action="store_true",
+        default=_env_flag("PRIVATE_DATA"),
+        help="PrivateData=jobs: a caller sees only its own jobs, in the live queue and in accounting",
+    )
+    p.add_argument(
+        "--no-gpu-accounting",
+        action="store_true",
+        default=_env_flag("NO_GPU_ACCOUNTING"),
+        help="accounting does not track gres/gpu (AccountingStorageTRES without it)",
+    )
+    p.add_argument(
+        "--no-accounting",
+        action="store_true",
+        default=_env_flag("NO_ACCOUNTING"),
+        help="no slurmdbd: slurmrestd serves no /slurmdb path",
     )
 
 
@@ -254,6 +285,10 @@ def config_from_args(argv: Sequence[str] | None = None) -> EmulatorConfig:
             query_strings=not args.no_query_strings,
             virtual_jobs=args.virtual_jobs,
             job_comments=not args.no_job_comments,
+            partitions=tuple(args.partition or (_env("PARTITION") or "").split() or _DEFAULTS.partitions),
+            private_data=args.private_data,
+            gpu_accounting=not args.no_gpu_accounting,
+            accounting=not args.no_accounting,
             key_file=os.path.abspath(args.key_file) if args.key_file else None,
             state_dir=args.state_dir,
             kill_wait=args.kill_wait,
@@ -285,6 +320,7 @@ def describe(emu: Emulator) -> list[str]:
         lines.append(f"Backend: slurmrestd at {emu.config.slurmrestd_url} as user {emu.config.slurm_user}")
     else:
         lines.append(f"Backend: {emu.config.backend}")
+        lines += emu.config.slurm_conf().describe()
     for project, region, cluster in emu.config.clusters:
         lines.append(f"Cluster: project={project} region={region} cluster={cluster}")
     mount = emu.config.mount()

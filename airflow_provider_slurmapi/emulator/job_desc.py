@@ -7,10 +7,11 @@ import os
 from typing import Any, TypedDict
 
 from airflow_provider_slurmapi.emulator import replies
+from airflow_provider_slurmapi.emulator.gres_request import GresAllocation, GresRefused, allocate
 from airflow_provider_slurmapi.emulator.job_model import Job, epoch_seconds, parse_array
+from airflow_provider_slurmapi.emulator.slurm_conf import Partition, SlurmConf
 
-DEFAULT_PARTITION = "debug"
-PARTITIONS = frozenset({DEFAULT_PARTITION})
+_DEFAULT_CONF = SlurmConf()
 
 # how slurmrestd names JSON types in its warnings; bool first, as a bool is also an int
 _JSON_TYPE_NAMES: tuple[tuple[type, str], ...] = (
@@ -133,8 +134,11 @@ class _Array(TypedDict):
     pending_tasks: list[int]
 
 
-def new_job(body: Any, principal: str, job_id: int) -> tuple[Job, list[dict[str, Any]]]:
-    """Job ``job_id`` of ``principal`` as ``body`` describes it, and slurmrestd's warnings about ``body``."""
+def new_job(
+    body: Any, principal: str, job_id: int, conf: SlurmConf = _DEFAULT_CONF
+) -> tuple[Job, list[dict[str, Any]]]:
+    """Job ``job_id`` of ``principal`` as ``body`` describes it, on the cluster ``conf`` describes,
+    and slurmrestd's warnings about ``body``."""
     script, desc = _script_and_desc(body)
     warnings = _unknown_field_warnings(desc)
     # read in this order: it decides which refusal a submission with several faults gets, and the
@@ -143,7 +147,8 @@ def new_job(body: Any, principal: str, job_id: int) -> tuple[Job, list[dict[str,
     resources = _resources(desc, warnings)
     environment = _environment(desc, warnings)
     cwd = _working_directory(desc)
-    partition = _partition(desc)
+    partition = _partition(desc, conf)
+    gres = _gres(desc, partition, conf, resources)
     array = _array(desc, job_id)
     hold = bool(desc.get("hold"))
     job = Job(
@@ -152,8 +157,10 @@ def new_job(body: Any, principal: str, job_id: int) -> tuple[Job, list[dict[str,
         script=script,
         environment=environment,
         cwd=cwd,
-        partition=partition,
+        partition=partition.name,
         default_partition=not desc.get("partition"),
+        node=partition.node,
+        gres=gres,
         comment=str(desc.get("comment") or ""),
         hold=hold,
         db_hold=hold,
@@ -205,9 +212,14 @@ def _unknown_field_warnings(desc: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def user_name(principal: str) -> str:
+    """The Unix user a caller's principal maps to: its name before the @."""
+    return principal.split("@")[0] or "emulator"
+
+
 def _owner(principal: str) -> _Owner:
-    """The caller's name (before the @) as user and group; the job runs with the emulator's own ids."""
-    user = principal.split("@")[0] or "emulator"
+    """The caller's name as user and group; the job runs with the emulator's own ids."""
+    user = user_name(principal)
     return {"user_name": user, "user_id": os.getuid(), "group_id": os.getgid(), "group_name": user}
 
 
@@ -258,11 +270,20 @@ def _working_directory(desc: dict[str, Any]) -> str:
     return cwd
 
 
-def _partition(desc: dict[str, Any]) -> str:
-    partition = desc.get("partition") or DEFAULT_PARTITION
-    if partition not in PARTITIONS:
+def _partition(desc: dict[str, Any], conf: SlurmConf) -> Partition:
+    partition = conf.partition(str(desc.get("partition"))) if desc.get("partition") else conf.default_partition
+    if partition is None:
         raise _submit_failed(2000, "Invalid partition name specified")
     return partition
+
+
+def _gres(desc: dict[str, Any], partition: Partition, conf: SlurmConf, resources: _Resources) -> GresAllocation:
+    """The GPUs (and other GRES) the job asks for, on its partition's node."""
+    tasks = resources["tasks"] or resources["tasks_per_node"] * resources["min_nodes"] or 1
+    try:
+        return allocate(desc, partition, conf, tasks)
+    except GresRefused as refused:
+        raise _submit_failed(refused.number, refused.error) from None
 
 
 def _array(desc: dict[str, Any], job_id: int) -> _Array:

@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from airflow_provider_slurmapi.emulator.gres_request import NO_GRES, GresAllocation
+
 
 class State(StrEnum):
     PENDING = "PENDING"
@@ -25,7 +27,7 @@ class State(StrEnum):
 TERMINAL = frozenset(
     {State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT, State.NODE_FAIL, State.PREEMPTED, State.REQUEUED}
 )
-# the one node of the emulated cluster, as a failed job names it
+# the node of the first partition (the default one); each partition has a node of its own
 NODE_NAME = "node1"
 
 # Slurm's NO_VAL: accounting's start time of a job that never started (cancelled while pending),
@@ -108,6 +110,8 @@ class Job:
     cpus_per_task: int = 1
     min_nodes: int = 1
     default_partition: bool = True  # no partition was requested: Slurm assigned its default
+    node: str = NODE_NAME  # its partition's node, where it runs
+    gres: GresAllocation = NO_GRES  # the GPUs (and other GRES) it asked for and got on the node
     dependent: bool = False  # Slurm's DEPENDENT flag: held jobs and arrays, until a scheduler pass
     # array bookkeeping: array_job_id 0 and array_task_id None for plain jobs, like Slurm. An array
     # is one record (its "meta" record, with the array's own id) until a task starts: each task is

@@ -13,7 +13,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from airflow_provider_slurmapi.emulator.job_model import NO_VAL, TERM_EXIT, ExitInfo, Job, State
+from airflow_provider_slurmapi.emulator.gres_request import REQUEST_FIELDS
+from airflow_provider_slurmapi.emulator.job_model import NO_VAL, TERM_EXIT, ExitInfo, Job, State, format_ranges
 
 Reply = dict[str, Any]
 
@@ -152,9 +153,26 @@ def _array_task_id(job: Job) -> dict[str, Any]:
     return number(job.array_task_id or 0, is_set=job.array_task_id is not None)
 
 
-def _alloc_tres(cpus: int) -> str:
-    """The TRES of an allocation on the one node."""
-    return f"cpu={cpus},node=1,billing={cpus}"
+def _alloc_tres(job: Job) -> str:
+    """The TRES of an allocation on the job's node: its CPUs and the GPUs accounting tracks."""
+    return f"cpu={job.cpus},node=1,billing={job.cpus}{_gres_tres(job)}"
+
+
+def _gres_tres(job: Job) -> str:
+    return "".join(f",{tres.key}={count}" for tres, count in job.gres.tres)
+
+
+def _gres_detail(job: Job) -> list[str]:
+    """What it got of each GRES, with the device indices: ``gpu:h100:2(IDX:0-1)``."""
+    return [f"{gres}(IDX:{format_ranges(list(range(gres.count)))})" for gres in job.gres.gres]
+
+
+def _set_node(out: dict[str, Any], job: Job) -> None:
+    """The job's node where a template names the captured one."""
+    out["batch_host"] = out["nodes"] = job.node
+    if out.get("job_resources"):
+        out["job_resources"]["nodes"]["list"] = job.node
+        out["job_resources"]["nodes"]["allocation"][0]["name"] = job.node
 
 
 def _fill_submission(out: dict[str, Any], job: Job, cluster: str) -> None:
@@ -177,6 +195,8 @@ def _fill_submission(out: dict[str, Any], job: Job, cluster: str) -> None:
     out["standard_error"] = job.expand(job.stderr_pattern or job.stdout_pattern)
     out["standard_input"] = job.stdin
     out["time_limit"] = _time_limit(job)
+    for key in REQUEST_FIELDS:
+        out[key] = job.gres.request(key)
 
 
 def _fill_hold(out: dict[str, Any], job: Job) -> None:
@@ -203,7 +223,7 @@ def _fill_size(out: dict[str, Any], job: Job) -> None:
     out["cpus_per_task"] = number(job.cpus_per_task)
     out["cpus"] = number(cpus)
     out["minimum_cpus_per_node"] = number(max(job.tasks_per_node, 1) * job.cpus_per_task)
-    out["tres_req_str"] = f"cpu={cpus},mem=21694M,node=1,billing={cpus}"
+    out["tres_req_str"] = f"cpu={cpus},mem=21694M,node=1,billing={cpus}{_gres_tres(job)}"
 
 
 def _fill_times(out: dict[str, Any], job: Job) -> None:
@@ -234,15 +254,17 @@ def _fill_allocation(out: dict[str, Any], job: Job) -> None:
         resources_ = out["job_resources"]
         resources_["cpus"] = cpus
         resources_["nodes"]["allocation"][0]["cpus"]["count"] = cpus
+        _set_node(out, job)
+        out["gres_detail"] = _gres_detail(job)
         out["billable_tres"] = number(float(cpus))
-        out["tres_alloc_str"] = _alloc_tres(cpus)
+        out["tres_alloc_str"] = _alloc_tres(job)
     else:
         out["job_resources"] = None
         out["batch_host"] = ""
         out["nodes"] = ""
         out["billable_tres"] = number(float(cpus), is_set=job.restart_cnt > 0)  # set once requeued
         # a node failure keeps the last allocation's tres string (SKIP_TRES_STRING_ACCOUNTING)
-        out["tres_alloc_str"] = _alloc_tres(cpus) if job.skip_tres else ""
+        out["tres_alloc_str"] = _alloc_tres(job) if job.skip_tres else ""
 
 
 def _unset_exit() -> dict[str, Any]:
@@ -265,10 +287,18 @@ def _step(
     out["time"]["end"] = number(end)
     out["time"]["elapsed"] = max(0, (end or start) - start)
     out["kill_request_user"] = job.kill_request_user
+    out["nodes"] = {"count": 1, "range": job.node, "list": [job.node]}
     for entry in out["tres"]["allocated"]:
         if entry["type"] == "cpu":
             entry["count"] = cpus
+    # a step gets all of the job's GRES unless it asks otherwise (srun --gres)
+    out["tres"]["allocated"] += _gres_records(job)
     return out
+
+
+def _gres_records(job: Job) -> list[dict[str, Any]]:
+    """The job's tracked GRES as accounting lists TRES (after the static ones, by id)."""
+    return [tres.record(count) for tres, count in job.gres.tres]
 
 
 def _batch_step(job: Job, cpus: int) -> dict[str, Any]:
@@ -396,6 +426,8 @@ def _fill_db_allocation(out: dict[str, Any], job: Job) -> None:
     for entry in out["tres"]["allocated"] + out["tres"]["requested"]:
         if entry["type"] in ("cpu", "billing"):
             entry["count"] = cpus
+    out["tres"]["requested"] += _gres_records(job)
+    out["tres"]["allocated"] += _gres_records(job)
     if not job.ran:
         out["allocation_nodes"] = 0
         out["nodes"] = "None assigned"
@@ -403,6 +435,7 @@ def _fill_db_allocation(out: dict[str, Any], job: Job) -> None:
         out["tres"]["allocated"] = []
         out["steps"] = []
         return
+    out["nodes"] = job.node
     steps = [_batch_step(job, cpus)]
     for step in job.steps:
         steps.append(_step(job, step.step_id, step.name, step.state, step.exit, step.start, step.end, cpus))

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from airflow_provider_slurmapi.emulator.job_model import NODE_NAME, ExitInfo, Job, State, Step
+from airflow_provider_slurmapi.emulator.job_model import ExitInfo, Job, State, Step
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ class ProcessRunner:
             cwd = "/tmp"
             os.write(
                 err_fd,
-                f"slurmstepd-{NODE_NAME}: error: couldn't chdir to `{job.cwd}': No such file or directory: "
+                f"slurmstepd-{job.node}: error: couldn't chdir to `{job.cwd}': No such file or directory: "
                 "going to /tmp instead\n".encode(),
             )
         # honour the shebang (the kernel does it when we exec the file); no shebang -> bash
@@ -197,6 +197,10 @@ class ProcessRunner:
         if job.array_task_id is not None:
             env["SLURM_ARRAY_JOB_ID"] = str(job.array_job_id)
             env["SLURM_ARRAY_TASK_ID"] = str(job.array_task_id)
+        if job.gres.gpus:  # the gpu plugin's variables, for the devices it got (numbered from 0)
+            devices = ",".join(str(index) for index in range(job.gres.gpus))
+            env["CUDA_VISIBLE_DEVICES"] = env["GPU_DEVICE_ORDINAL"] = env["SLURM_JOB_GPUS"] = devices
+            env["SLURM_GPUS_ON_NODE"] = str(job.gres.gpus)
         return env
 
     def _read_steps(self, job: Job) -> list[Step]:

@@ -1,7 +1,7 @@
 """The emulated slurmctld of one cluster: its job table, and the passes that move each job from
 PENDING to RUNNING to an end (COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, PREEMPTED).
 
-One node with room for every job: what keeps a job pending is only a hold, its begin_time, its
+Each partition's node has room for every job: what keeps a job pending is only a hold, its begin_time, its
 array's %N limit or the scheduler's start delay. The ``ProcessRunner`` runs a started job and
 answers how it ended; the scheduler applies that to the job. ``control`` plays what an admin
 or the cluster does to a job (requeue, hold, preemption, node failure), as Slurm 24.11 does it.
@@ -19,7 +19,6 @@ from dataclasses import replace
 
 from airflow_provider_slurmapi.emulator.backend_api import ControlError
 from airflow_provider_slurmapi.emulator.job_model import (
-    NODE_NAME,
     TERM_EXIT,
     ExitInfo,
     Job,
@@ -192,7 +191,7 @@ class Scheduler:
         now = epoch_seconds()
         run = replace(job, state=end, end_time=now, ended_at=time.time(), runs=[], steps=[], settled=False)
         if end is State.NODE_FAIL:
-            run.failed_node = NODE_NAME
+            run.failed_node = job.node
         job.runs.append(run)
         job.restart_cnt += 1
         job.settled = True  # the script's end is not the job's end
@@ -214,7 +213,7 @@ class Scheduler:
     def _node_failed(self, job: Job) -> None:
         """A job that may not be requeued ends NODE_FAIL at once, as if killed by SIGHUP."""
         job.state, job.state_reason = State.NODE_FAIL, "NodeDown"
-        job.exit, job.failed_node = ExitInfo(signal=signal.SIGHUP.value), NODE_NAME
+        job.exit, job.failed_node = ExitInfo(signal=signal.SIGHUP.value), job.node
         job.end_time, job.ended_at = epoch_seconds(), time.time()
         job.settled = True
         self._kill(job, signal.SIGKILL)

@@ -24,6 +24,7 @@ from airflow_provider_slurmapi.emulator.output_mount import MountingBackend, Out
 from airflow_provider_slurmapi.emulator.request_log import RequestLog
 from airflow_provider_slurmapi.emulator.scheduler import KILL_WAIT, MIN_JOB_AGE, REQUEUE_DELAY, SECONDS_PER_MINUTE
 from airflow_provider_slurmapi.emulator.server import ClusterKey, ServerState, make_app
+from airflow_provider_slurmapi.emulator.slurm_conf import DEFAULT_PARTITION, SlurmConf
 from airflow_provider_slurmapi.emulator.slurmrestd import SlurmrestdBackend
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,8 @@ _SHUTDOWN_TIMEOUT = 30.0  # seconds stop() waits for the server, then for its th
 
 @dataclass(frozen=True)
 class EmulatorConfig:
-    """How an :class:`Emulator` runs: where it listens, its clusters, job timing, backend and faults."""
+    """How an :class:`Emulator` runs: where it listens, its clusters (their partitions and accounting),
+    job timing, backend and faults."""
 
     host: str = "127.0.0.1"
     port: int = 0  # 0 = pick a free port
@@ -56,6 +58,12 @@ class EmulatorConfig:
     # False: accounting keeps no job comments, as slurmdbd without AccountingStoreFlags=job_comment
     # (the live queue still shows them)
     job_comments: bool = True
+    # the built-in cluster's slurm.conf (slurm_conf.py): each partition "NAME" or "NAME:GRES" (Slurm's
+    # node Gres, e.g. "a3:gpu:h100:8"), the first the default one, each with a node of its own
+    partitions: tuple[str, ...] = (DEFAULT_PARTITION,)
+    private_data: bool = False  # PrivateData=jobs: a caller sees only its own jobs, live and in accounting
+    gpu_accounting: bool = True  # False: AccountingStorageTRES without gres/gpu
+    accounting: bool = True  # False: no slurmdbd, so slurmrestd serves no /slurmdb path
     backend: str = "builtin"  # or "slurmrestd": forward every call to a real slurmrestd
     slurmrestd_url: str | None = None  # e.g. http://slurm-head:6820 (slurmrestd backend only)
     slurm_user: str | None = None  # X-SLURM-USER-NAME (slurmrestd backend only)
@@ -85,8 +93,21 @@ class EmulatorConfig:
             if not str(self.slurmrestd_url).startswith(("http://", "https://")):
                 raise ValueError(f"slurmrestd_url must be an http(s) URL, not {self.slurmrestd_url!r}")
         self._check_faults()
+        if isinstance(self.partitions, str):  # one spec, not its characters
+            object.__setattr__(self, "partitions", (self.partitions,))
+        object.__setattr__(self, "partitions", tuple(self.partitions))
+        self.slurm_conf()  # refuses a bad --partition now
         if self.output_mount:
             self.mount()  # refuses a bad mount or storage URL now
+
+    def slurm_conf(self) -> SlurmConf:
+        """The built-in cluster's partitions and accounting settings."""
+        return SlurmConf.from_specs(
+            self.partitions,
+            private_data=self.private_data,
+            gpu_accounting=self.gpu_accounting,
+            accounting=self.accounting,
+        )
 
     def mount(self) -> OutputMount | None:
         if not self.output_mount:
@@ -125,6 +146,7 @@ def _make_slurm(config: EmulatorConfig, key: ClusterKey, state_dir: Path) -> Slu
         virtual_jobs=config.virtual_jobs,
         requeue_delay=config.requeue_delay,
         job_comments=config.job_comments,
+        slurm_conf=config.slurm_conf(),
     )
 
 

@@ -74,6 +74,15 @@ DAG_RUNS: list[dict[str, Any]] = [
         "output": True,
         "group": "output",
     },
+    # the Cloud Composer guide's first DAG: an emulator with a GPU partition, as
+    # `slurm-job-api-emulator --partition a3:gpu:h100:8 --partition debug` starts it
+    {
+        "name": "slurm_first_gpu_job",
+        "dag_id": "slurm_first_gpu_job",
+        "output": True,
+        "emulator": {"partitions": ["a3:gpu:h100:8", "debug"]},
+        "group": "gpu",
+    },
 ]
 
 # page -> what its commands assume is already there (an Airflow installation, with its database)
@@ -82,6 +91,8 @@ SESSION_PAGES: dict[str, str] = {
     "connection.md": "airflow db migrate > /dev/null",
     "testing.md": "",  # the page sets up its Airflow home itself
     "output.md": "airflow db migrate > /dev/null",
+    "composer.md": "airflow db migrate > /dev/null",
+    "cluster-requirements.md": "",  # the page starts its own emulator
 }
 
 KEY = re.compile(r"^airflow-key=[0-9a-f]{24}$")
@@ -356,6 +367,45 @@ def test_slurm_submit_options(background: Background) -> None:
     assert only_job(result, "fine_tune")["name"] == "llm-fine-tune"
 
 
+def test_slurm_first_gpu_job(background: Background) -> None:
+    result, log = background.dag_run("slurm_first_gpu_job")
+    assert result["tasks"] == {"check_cluster": "success", "gpu_job": "success"}, log[-8000:]
+    # the check's report, printed in the task log: as composer.md quotes it, but for the names and numbers
+    quoted = next(
+        block.body
+        for block in pages.blocks(pages.DOCS / "composer.md")
+        if block.language == "text" and block.body.startswith("Cluster my-cluster (us-central1):")
+    )
+    report = re.sub(r"\d+", r"\\d+", re.escape(quoted.replace("my-cluster", "test-cluster")))
+    assert re.search(f"^{report}$", log, re.MULTILINE), log[-8000:]
+    job = only_job(result, "gpu_job")
+    assert (job["name"], job["state"], job["exit_code"]) == ("first-gpu-job", "COMPLETED", 0)
+    jid = job["job_id"]
+    assert re.search(rf"Slurm job {jid} on cluster \S+: submitted \(airflow-key=[0-9a-f]{{24}}\)", log), log[-8000:]
+    # the job's lines, shown once: while it ran (live output) or in the end-of-job excerpt
+    cuda = re.findall(rf"\[job {jid} stdout\] job {jid}: CUDA_VISIBLE_DEVICES=\d+(?:,\d+){{7}}(?![\d,])", log)
+    assert len(cuda) == 1, log[-8000:]
+    assert len(re.findall(rf"\[job {jid} stdout\] GPUs visible: 8(?!\d)", log)) == 1, log[-8000:]
+    if shutil.which("nvidia-smi", path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin") is None:
+        assert log.count(f"[job {jid} stdout] no nvidia-smi on this node") == 1, log[-8000:]
+    path = f"slurm_first_gpu_job/{result['run_id'].replace(':', '_')}/gpu_job/try-1/{jid}"
+    assert re.search(
+        rf"Slurm job {jid} stdout: (all of it \(\d+ bytes\) shown above while the job ran"
+        rf"|last \d+ lines? of gs://slurm-output/runs/{re.escape(path)}\.out)",
+        log,
+    ), log[-8000:]
+    assert f"Slurm job {jid} stderr: empty (gs://slurm-output/runs/{path}.err)" in log, log[-8000:]
+    # what it used: eight GPUs, and GPU-hours, from accounting's gres/gpu
+    usage = result["xcom"]["gpu_job"]["usage"]
+    assert (usage["job_id"], usage["nodes"], usage["gpus"]) == (jid, 1, 8), usage
+    assert usage["gpu_hours"] == round(8 * usage["elapsed_seconds"] / 3600, 4), usage
+    assert (
+        f"Slurm job {jid} used 1 node(s), {usage['cpus']} CPU(s), 8 GPU(s) for {usage['elapsed_seconds']} s: "
+        f"{usage['gpu_hours']:g} GPU-hours"
+    ) in log, log[-8000:]
+    assert f"Slurm job {jid} is COMPLETED; exit code 0" in log
+
+
 # --- the shell commands ----------------------------------------------------------------------------
 
 
@@ -396,3 +446,33 @@ def test_output_page_commands(background: Background) -> None:
     connection = json.loads(output[output.rindex("[{") :])[0]
     assert connection["extra_dejson"]["output_uri"] == "gs://my-bucket/slurm-output"
     assert connection["extra_dejson"]["output_cluster_path"] == "/mnt/output/slurm-output"
+
+
+def test_composer_page_commands(background: Background) -> None:
+    output = background.session("composer.md")
+    connection = json.loads(output[output.rindex("[{") :])[0]
+    assert connection["conn_type"] == "slurm_job_api"
+    assert connection["extra_dejson"] == {
+        "project_id": "my-project",
+        "region": "us-central1",
+        "cluster_id": "my-cluster",
+        "output_uri": "gs://my-bucket/slurm-output",
+        "output_cluster_path": "/mnt/output/slurm-output",
+    }
+
+
+def test_cluster_requirements_page_commands(background: Background) -> None:
+    """The cluster check against the emulator as the page sets it up: what it prints is the page's."""
+    output = background.session("cluster-requirements.md")
+    assert "[ok] partitions: a3 (1 node(s); gpu:h100:8 per node), debug (1 node(s))" in output, output[-8000:]
+    assert "[ok] GPUs: h100 in a3" in output, output[-8000:]
+    assert "[warning] job comments: accounting keeps none (probe job" in output, output[-8000:]
+    assert "    fix: AccountingStoreFlags=job_comment in slurm.conf" in output, output[-8000:]
+    assert re.search(r"\[ok\] jobs run as: emulator \(probe job \d+\); the default partition is a3", output)
+    page = (pages.DOCS / "cluster-requirements.md").read_text()
+    shown = page.partition("```text\n")[2].partition("```")[0]
+    printed = output[output.index("Cluster test-cluster") :].splitlines()
+    # the page shows what the command printed, but for the probe job's number
+    assert [re.sub(r"job \d+", "job N", line) for line in shown.splitlines()] == [
+        re.sub(r"job \d+", "job N", line) for line in printed[: len(shown.splitlines())]
+    ], output[-8000:]

@@ -170,11 +170,20 @@ def test_delete_with_signal(fake: FakeSlurmrestd, client: SlurmJobApiClient) -> 
 
 def test_unknown_path_is_rejected_before_slurmrestd(fake: FakeSlurmrestd, client: SlurmJobApiClient) -> None:
     fake.answer(200, {})
-    for path in ("/slurm/v0.0.42/nodes", "/slurm/v0.0.39/ping", "/slurmdb/v0.0.42/jobs/state"):
+    for path in ("/slurm/v0.0.42/licenses", "/slurm/v0.0.39/ping", "/slurmdb/v0.0.42/jobs/state"):
         with pytest.raises(InvalidArgumentError) as raised:
             client.call("GET", path)
         assert raised.value.http_status == 400 and raised.value.status == "INVALID_ARGUMENT"
     assert fake.received == []
+
+
+def test_the_cluster_description_routes_reach_slurmrestd(fake: FakeSlurmrestd, forwarding: Emulator) -> None:
+    fake.answer(200, {"TRES": []})
+    paths = [f"/slurm/v0.0.42/{route}" for route in ("partitions/", "partition/a3", "nodes/", "node/node1")]
+    for path in [*paths, "/slurmdb/v0.0.42/tres/"]:
+        response = Api(forwarding).raw("GET", path)
+        assert response.json() == {"status": 200, "structuredBody": {"TRES": []}}
+    assert [r.raw_path for r in fake.received] == [*paths, "/slurmdb/v0.0.42/tres/"]
 
 
 # --- what comes back -----------------------------------------------------------------------------
@@ -263,7 +272,7 @@ async def test_backend_answers_json_and_text_directly(fake: FakeSlurmrestd) -> N
         assert fake.received[0].raw_path == "/slurm/v0.0.42/jobs/?a=%zz"
     finally:
         await backend.close()
-    assert backend.is_known_path("/slurm/v0.0.42/job/submit") and not backend.is_known_path("/slurm/v0.0.42/nodes")
+    assert backend.is_known_path("/slurm/v0.0.42/job/submit") and not backend.is_known_path("/slurm/v0.0.42/licenses")
 
 
 # --- configuration -------------------------------------------------------------------------------
