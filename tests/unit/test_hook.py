@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_slurmapi.client.api import SyncOperations
-from airflow_provider_slurmapi.client.envelope import SlurmReply
+from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply
 from airflow_provider_slurmapi.client.errors import (
     ERROR_ALREADY_COMPLETING,
     InvalidArgumentError,
@@ -23,9 +23,10 @@ from airflow_provider_slurmapi.client.errors import (
 from airflow_provider_slurmapi.client.jobs import RecordSource
 from airflow_provider_slurmapi.client.operations import JobRecords
 from airflow_provider_slurmapi.client.output import OutputSettings
-from airflow_provider_slurmapi.client.steps import ApiSettings, Operation, Pause, T, advance
+from airflow_provider_slurmapi.client.steps import ApiSettings, Operation, T
 from airflow_provider_slurmapi.hooks.shared_files import UnsafeOutputPath
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
+from tests.unit.scripted_operations import run_answered
 
 V = "v0.0.42"
 LIVE = f"/slurm/{V}/job/42"
@@ -43,21 +44,16 @@ class ScriptedClient(SyncOperations):
         self.calls: list[tuple[str, str]] = []
 
     def _run(self, operation: Operation[T]) -> T:
-        outcome: Any = None
-        try:
-            while True:
-                step = advance(operation, outcome)
-                if isinstance(step, Pause):
-                    outcome = None
-                    continue
-                self.calls.append((step.method, step.path))
-                key = (step.method, step.path)
-                answers = self.script[key if key in self.script else (step.method, step.path.split("?")[0])]
-                outcome = answers.pop(0) if len(answers) > 1 else answers[0]
-                if not isinstance(outcome, (SlurmReply, SlurmJobApiError)):
-                    raise outcome
-        except StopIteration as done:
-            return done.value
+        return run_answered(operation, self._answer)
+
+    def _answer(self, step: SlurmCall) -> Any:
+        self.calls.append((step.method, step.path))
+        key = (step.method, step.path)
+        answers = self.script[key if key in self.script else (step.method, step.path.split("?")[0])]
+        outcome = answers.pop(0) if len(answers) > 1 else answers[0]
+        if not isinstance(outcome, (SlurmReply, SlurmJobApiError)):
+            raise outcome
+        return outcome
 
 
 def live(state: str, restarts: int = 0, code: int = 0) -> SlurmReply:

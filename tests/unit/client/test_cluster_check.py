@@ -12,7 +12,8 @@ from airflow_provider_slurmapi.client.cluster_check import Status, check_cluster
 from airflow_provider_slurmapi.client.envelope import SlurmReply
 from airflow_provider_slurmapi.client.errors import PermissionDeniedError, SlurmJobApiError
 from airflow_provider_slurmapi.client.paths import SlurmPaths
-from airflow_provider_slurmapi.client.steps import ApiSettings, Operation, Pause, T, advance
+from airflow_provider_slurmapi.client.steps import ApiSettings, Operation, T
+from tests.unit.scripted_operations import run_answered
 
 V = "v0.0.42"
 NOT_FOUND = SlurmReply(404, {"errors": [{"error_number": 9001, "description": "Unable to find requested URL"}]})
@@ -50,16 +51,7 @@ class FakeCluster(SyncOperations):
         return answer if isinstance(answer, (SlurmJobApiError, SlurmReply)) else SlurmReply(200, answer)
 
     def _run(self, operation: Operation[T]) -> T:
-        outcome: Any = None
-        try:
-            while True:
-                step = advance(operation, outcome)
-                if isinstance(step, Pause):
-                    outcome = None
-                    continue
-                outcome = self._answer(step.method, step.path, step.body)
-        except StopIteration as done:
-            return done.value
+        return run_answered(operation, lambda step: self._answer(step.method, step.path, step.body))
 
 
 def gpu_cluster(**kwargs: Any) -> FakeCluster:
