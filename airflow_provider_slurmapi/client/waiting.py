@@ -80,10 +80,10 @@ def run_wait(
     *,
     read: Callable[[], JobStatus | None],
     describe_requeue: Callable[[JobStatus], str],
-    sleep: Callable[[float], bool],
-) -> JobStatus | None:
-    """Answer ``wait``'s steps in this thread: its final status, or None once ``sleep`` returns
-    False (a sensor's poke that ends here and reads again at the next poke)."""
+    sleep: Callable[[float], object],
+) -> JobStatus:
+    """Answer ``wait``'s steps in this thread; its final status. What ``sleep`` raises ends the
+    wait there (a sensor's poke that reads again at the next poke)."""
     answer: JobStatus | str | None = None
     try:
         while True:
@@ -92,10 +92,9 @@ def run_wait(
                 answer = read()
             elif isinstance(step, RequeueLine):
                 answer = describe_requeue(step.status)
-            elif sleep(step.seconds):
-                answer = None
             else:
-                return None
+                sleep(step.seconds)
+                answer = None
     except StopIteration as done:
         final: JobStatus = done.value
         return final

@@ -8,6 +8,7 @@ Importing this module stays cheap (it is imported at every DAG parse that uses t
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -96,6 +97,14 @@ def slurm_task(
     return decorator_of(_SlurmDecoratedOperator, python_callable, multiple_outputs, given, kwargs)
 
 
+# The arguments slurm_task names, read from its signature so that they are named once.
+SLURM_TASK_ARGUMENTS = frozenset(
+    name
+    for name, parameter in inspect.signature(slurm_task).parameters.items()
+    if parameter.kind is parameter.KEYWORD_ONLY and name != "multiple_outputs"
+)
+
+
 def decorator_of(
     operator_class: type[SlurmDecoratedOperator],
     python_callable: Callable[..., Any] | None,
@@ -103,12 +112,13 @@ def decorator_of(
     named: dict[str, Any],
     kwargs: dict[str, Any],
 ) -> TaskDecorator:
-    """The TaskFlow decorator of ``operator_class``: the named arguments left as None take the
-    operator's defaults."""
+    """The TaskFlow decorator of ``operator_class``: the arguments a decorator names (``named``,
+    and those ``slurm_task`` names, which ``@task.slurm_python`` takes in ``kwargs``) left as None
+    take the operator's defaults."""
+    defaulted = {*named, *SLURM_TASK_ARGUMENTS}
     return task_decorator_factory(
         python_callable=python_callable,
         multiple_outputs=multiple_outputs,
         decorated_operator_class=operator_class,
-        **{name: value for name, value in named.items() if value is not None},
-        **kwargs,
+        **{name: value for name, value in {**named, **kwargs}.items() if value is not None or name not in defaulted},
     )

@@ -194,34 +194,18 @@ class _SlurmPythonDecoratedOperator(SlurmDecoratedOperator):
 def slurm_python_task(
     python_callable: Callable[..., Any] | None = None,
     *,
-    job: dict[str, Any] | None = None,
     python: str | None = None,
     max_result_bytes: int | None = None,
-    deferrable: bool | None = None,
-    poll_interval: float | None = None,
-    timeout: float | None = None,
-    output_uri: str | None = None,
-    output_cluster_path: str | None = None,
-    slurm_conn_id: str | None = None,
     multiple_outputs: bool | None = None,
     **kwargs: Any,
 ) -> TaskDecorator:
     """Run a Python function on the cluster as a Slurm job (``@task.slurm_python``).
 
     ``python`` is the interpreter on the nodes (default ``python3``); ``max_result_bytes`` the
-    largest result object read (default 16 MiB); every argument of
-    :class:`~airflow_provider_slurmapi.operators.job.SlurmSubmitJobOperator` but ``script`` is
-    taken (None: the operator's default). The function's return value is the task's XCom.
+    largest result object read (default 16 MiB). The other arguments are those of
+    :func:`~airflow_provider_slurmapi.decorators.slurm.slurm_task`: every argument of
+    :class:`~airflow_provider_slurmapi.operators.job.SlurmSubmitJobOperator` but ``script``
+    (None: the operator's default). The function's return value is the task's XCom.
     """
-    given = dict(
-        job=job,
-        python=python,
-        max_result_bytes=max_result_bytes,
-        deferrable=deferrable,
-        poll_interval=poll_interval,
-        timeout=timeout,
-        output_uri=output_uri,
-        output_cluster_path=output_cluster_path,
-        slurm_conn_id=slurm_conn_id,
-    )
+    given = dict(python=python, max_result_bytes=max_result_bytes)
     return decorator_of(_SlurmPythonDecoratedOperator, python_callable, multiple_outputs, given, kwargs)

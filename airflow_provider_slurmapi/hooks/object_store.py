@@ -11,14 +11,15 @@ import hashlib
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from airflow_provider_slurmapi.hooks.cloud_storage import CloudStorage, object_name, wait_for
 from airflow_provider_slurmapi.hooks.shared_files import UnsafeOutputPath, open_within, write_within
 
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
-    from google.cloud.storage import Blob, Bucket, Client
+    from google.cloud.storage import Blob
 
 
 class Staged(enum.Enum):
@@ -50,9 +51,7 @@ class ObjectStore:
     :param principal: who writes and reads, named in a permission error."""
 
     def __init__(self, gcs_hook: Callable[[], GCSHook], principal: Callable[[], str]) -> None:
-        self._gcs_hook = gcs_hook
-        self._principal = principal
-        self._client: Client | None = None
+        self._storage = CloudStorage(gcs_hook, principal)
 
     def stage(self, location: str, data: bytes, *, within: str) -> Staged:
         """Make the object at ``location`` hold ``data``: written if missing, left if it holds them
@@ -66,25 +65,20 @@ class ObjectStore:
             return self._stage_file(unquote(parts.path), data, unquote(urlsplit(within).path))
         from google.api_core.exceptions import Forbidden, PreconditionFailed
 
-        bucket = self._bucket(location)
         try:
-            blob = bucket.get_blob(self._name(location))
+            blob = self._storage.bucket(location).get_blob(object_name(location))
             if blob is not None and blob.md5_hash == _md5(data):
                 blob.metadata = {**(blob.metadata or {}), STAGED_AT: f"{time.time():.3f}"}
                 blob.patch()  # the retention counts from the last staging
                 return Staged.UNCHANGED
             generation = blob.generation if blob is not None else 0  # no one else's write is overwritten
-            fresh = self._blob(location)
+            fresh = self._storage.blob(location)
             fresh.metadata = {STAGED_AT: f"{time.time():.3f}"}
             fresh.upload_from_string(data, if_generation_match=generation)
         except PreconditionFailed:
             return Staged.UNCHANGED  # another try wrote it at that moment; the wrapper checks its content
         except Forbidden as error:
-            raise PermissionError(
-                f"{self._principal()} may not write {location}: it needs storage.objects.create (and "
-                f"storage.objects.delete, to replace a changed object) on bucket {parts.netloc} "
-                f"(e.g. roles/storage.objectUser on the prefix); {error.message}"
-            ) from error
+            raise self._storage.may_not_write(location, error) from error
         return Staged.WRITTEN if blob is None else Staged.REPLACED
 
     @staticmethod
@@ -114,10 +108,10 @@ class ObjectStore:
             except FileNotFoundError:
                 return []
             return sorted(names)
-        prefix = self._name(folder).rstrip("/") + "/"
+        prefix = object_name(folder).rstrip("/") + "/"
         # names only (a partial response): a page of a thousand objects' whole metadata takes the
         # listing thread tens of milliseconds to decode, holding the GIL the event loop needs
-        blobs = self._bucket(folder).list_blobs(
+        blobs = self._storage.bucket(folder).list_blobs(
             prefix=prefix, start_offset=prefix + offset, delimiter="/", fields="items(name),prefixes,nextPageToken"
         )
         return [blob.name[len(prefix) :] for blob in blobs if not blob.name[len(prefix) :].startswith(".")]
@@ -145,9 +139,8 @@ class ObjectStore:
             return removed
         from google.api_core.exceptions import NotFound
 
-        prefix = self._name(folder).rstrip("/") + "/"
-        bucket = self._bucket(folder)
-        for blob in bucket.list_blobs(prefix=prefix, delimiter="/"):
+        prefix = object_name(folder).rstrip("/") + "/"
+        for blob in self._storage.bucket(folder).list_blobs(prefix=prefix, delimiter="/"):
             location = f"gs://{parts.netloc}/{blob.name}"
             if location != keep and _staged_at(blob) < cutoff:
                 with contextlib.suppress(NotFound):
@@ -164,15 +157,10 @@ class ObjectStore:
         reached in without a link (``UnsafeOutputPath`` otherwise); its own folder if None.
         """
         deadline = time.monotonic() + wait
-        while True:
-            data = self._read(location, max_bytes, within)
-            if data is not None:
-                if len(data) > max_bytes:  # it grew between the read of its size and its own
-                    raise ObjectTooLargeError(location, None, max_bytes)
-                return data
-            if time.monotonic() >= deadline:
-                raise FileNotFoundError(f"{location} was not found" + (f" after waiting {wait:g} s" if wait else ""))
-            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        data = wait_for(lambda: self._read(location, max_bytes, within), location, wait=wait, deadline=deadline)
+        if len(data) > max_bytes:  # it grew between the read of its size and its own
+            raise ObjectTooLargeError(location, None, max_bytes)
+        return data
 
     def read_head(self, location: str, max_bytes: int, *, within: str | None = None) -> bytes:
         """At most the first ``max_bytes`` of the object, in one request (a live output piece: its
@@ -186,11 +174,11 @@ class ObjectStore:
         from google.api_core.exceptions import Forbidden, NotFound
 
         try:
-            return bytes(self._blob(location).download_as_bytes(start=0, end=max_bytes - 1))
+            return bytes(self._storage.blob(location).download_as_bytes(start=0, end=max_bytes - 1))
         except NotFound as error:
             raise FileNotFoundError(f"{location} was not found") from error
         except Forbidden as error:
-            raise self._may_not_read(location, error) from error
+            raise self._storage.may_not_read(location, error) from error
 
     def _read(self, location: str, max_bytes: int, within: str | None) -> bytes | None:
         parts = urlsplit(location)
@@ -208,7 +196,7 @@ class ObjectStore:
         from google.api_core.exceptions import Forbidden, NotFound
 
         try:
-            blob = self._bucket(location).get_blob(self._name(location))
+            blob = self._storage.bucket(location).get_blob(object_name(location))
             if blob is None:
                 return None
             if blob.size is not None and blob.size > max_bytes:
@@ -218,27 +206,7 @@ class ObjectStore:
         except NotFound:
             return None
         except Forbidden as error:
-            raise self._may_not_read(location, error) from error
-
-    def _may_not_read(self, location: str, error: Any) -> PermissionError:
-        """Who may not read what, and the permission that is missing (a refused read of ``location``)."""
-        bucket = urlsplit(location).netloc
-        return PermissionError(
-            f"{self._principal()} may not read {location}: it needs storage.objects.get on bucket "
-            f"{bucket} (e.g. roles/storage.objectViewer); {error.message}"
-        )
-
-    def _blob(self, location: str) -> Blob:
-        return self._bucket(location).blob(self._name(location))
-
-    def _bucket(self, location: str) -> Bucket:
-        if self._client is None:
-            self._client = self._gcs_hook().get_conn()
-        return self._client.bucket(urlsplit(location).netloc)
-
-    @staticmethod
-    def _name(location: str) -> str:
-        return unquote(urlsplit(location).path.lstrip("/"))
+            raise self._storage.may_not_read(location, error) from error
 
 
 class ObjectTooLargeError(ValueError):

@@ -11,15 +11,11 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from airflow_provider_slurmapi.client.output import OutputFile, OutputSettings, OutputTail, last_lines, split_lines
+from airflow_provider_slurmapi.hooks.cloud_storage import CloudStorage, object_name, wait_for
 from airflow_provider_slurmapi.hooks.shared_files import UnsafeOutputPath, open_within
 
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
-    from google.cloud.storage import Client
-
-
-class OutputNotFound(Exception):
-    """The file is not there (yet)."""
 
 
 class OutputReader:
@@ -31,9 +27,7 @@ class OutputReader:
 
     def __init__(self, settings: OutputSettings, gcs_hook: Callable[[], GCSHook], principal: Callable[[], str]) -> None:
         self.settings = settings
-        self._gcs_hook = gcs_hook
-        self._principal = principal
-        self._client: Client | None = None
+        self._storage = CloudStorage(gcs_hook, principal)
 
     def tails(self, files: list[OutputFile]) -> list[OutputTail]:
         """The files' last lines: stdout and stderr each within the settings' caps, which an
@@ -68,60 +62,50 @@ class OutputReader:
         )
 
     def _tail(self, file: OutputFile, location: str, lines: int, max_bytes: int, deadline: float) -> OutputTail:
-        while True:
-            try:
-                data, size = self._read_end(location, max_bytes)
-                break
-            except OutputNotFound:
-                if time.monotonic() >= deadline:
-                    waited = f" after waiting {self.settings.wait:g} s" if self.settings.wait else ""
-                    return OutputTail(file.job_id, file.stream, location, problem=f"{location} was not found{waited}")
-                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-            except (PermissionError, UnsafeOutputPath) as error:
-                return OutputTail(file.job_id, file.stream, location, problem=str(error))
-            except Exception as error:  # a read that fails must never change the task's outcome
-                problem = f"could not read {location}: {type(error).__name__}: {error}"
-                return OutputTail(file.job_id, file.stream, location, problem=problem)
+        try:
+            data, size = wait_for(
+                lambda: self._read_end(location, max_bytes), location, wait=self.settings.wait, deadline=deadline
+            )
+        except (FileNotFoundError, PermissionError, UnsafeOutputPath) as error:
+            return OutputTail(file.job_id, file.stream, location, problem=str(error))
+        except Exception as error:  # a read that fails must never change the task's outcome
+            problem = f"could not read {location}: {type(error).__name__}: {error}"
+            return OutputTail(file.job_id, file.stream, location, problem=problem)
         text, note = last_lines(data, lines=lines, started_mid_file=size > len(data))
         return OutputTail(file.job_id, file.stream, location, text=text, size=size, problem=note)
 
-    def _read_end(self, location: str, max_bytes: int) -> tuple[bytes, int]:
-        """The last ``max_bytes`` of the file and its whole size."""
+    def _read_end(self, location: str, max_bytes: int) -> tuple[bytes, int] | None:
+        """The last ``max_bytes`` of the file and its whole size; None if it is not there (yet)."""
         parts = urlsplit(location)
         if parts.scheme == "file":
             return _read_file_end(unquote(urlsplit(str(self.settings.uri)).path), unquote(parts.path), max_bytes)
-        return self._read_object_end(parts.netloc, unquote(parts.path.lstrip("/")), location, max_bytes)
+        return self._read_object_end(location, max_bytes)
 
-    def _read_object_end(self, bucket: str, name: str, location: str, max_bytes: int) -> tuple[bytes, int]:
+    def _read_object_end(self, location: str, max_bytes: int) -> tuple[bytes, int] | None:
         from google.api_core.exceptions import Forbidden, NotFound
 
         try:
-            if self._client is None:
-                self._client = self._gcs_hook().get_conn()
-            blob = self._client.bucket(bucket).get_blob(name)  # one metadata read: the size
+            blob = self._storage.bucket(location).get_blob(object_name(location))  # one metadata read: the size
             if blob is None:
-                raise OutputNotFound(location)
+                return None
             size = int(blob.size or 0)
             if size == 0:
                 return b"", 0
             start = max(0, size - max_bytes)
             return blob.download_as_bytes(start=start, end=size - 1, checksum=None), size  # one ranged read
         except Forbidden as error:
-            raise PermissionError(
-                f"{self._principal()} may not read {location}: it needs storage.objects.get on bucket {bucket} "
-                f"(e.g. roles/storage.objectViewer); {error.message}"
-            ) from error
-        except NotFound as error:
-            raise OutputNotFound(location) from error
+            raise self._storage.may_not_read(location, error) from error
+        except NotFound:
+            return None
 
 
-def _read_file_end(root: str, path: str, max_bytes: int) -> tuple[bytes, int]:
+def _read_file_end(root: str, path: str, max_bytes: int) -> tuple[bytes, int] | None:
     try:
         with open_within(root, path) as file:
             size = os.fstat(file.fileno()).st_size
             file.seek(max(0, size - max_bytes))
             return file.read(max_bytes), size
-    except FileNotFoundError as error:
-        raise OutputNotFound(path) from error
+    except FileNotFoundError:
+        return None
     except PermissionError as error:
         raise PermissionError(f"this worker's user may not read {path}: {error.strerror}") from error

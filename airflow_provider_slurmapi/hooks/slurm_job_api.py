@@ -45,11 +45,6 @@ if TYPE_CHECKING:
     from airflow_provider_slurmapi.hooks.object_store import ObjectStore
 
 
-def _sleep(seconds: float) -> bool:
-    time.sleep(seconds)
-    return True
-
-
 class TokenMasker:
     """Registers each new access token with Airflow's secrets masker, so that a log line, an error
     or a job's output that repeats it shows ``***``."""
@@ -179,15 +174,12 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
         """
         deadline = None if timeout is None else time.time() + timeout
         policy = JobWaitPolicy(str(job_id), lost_grace=lost_grace, deadline=deadline)
-        final = run_wait(
+        return run_wait(
             follow(policy, poll_interval, self.log, timeout=timeout),
             read=(lambda: _observed(self.find_job(job_id), on_poll)) if on_poll else (lambda: self.find_job(job_id)),
             describe_requeue=self.describe_requeue,
-            sleep=_sleep,
+            sleep=time.sleep,
         )
-        if final is None:  # _sleep always goes on
-            raise RuntimeError(f"the wait for Slurm job {job_id} ended without a status")
-        return final
 
     def get_job_usage(self, job_id: str | int, records: JobRecords | None = None) -> JobUsage | None:
         """Elapsed time, allocated TRES and GPU-hours from accounting; None without accounting.

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 WAIT_STATE_KEY = "slurm_job_wait"
 
 
+class _NextPoke(Exception):
+    """The wait goes on at the next poke."""
+
+
 class SlurmJobSensor(SlurmWaitingOperator, BaseSensorOperator):
     """Succeeds when the Slurm job ends COMPLETED with exit code 0; fails with the reason otherwise.
 
@@ -73,13 +77,13 @@ class SlurmJobSensor(SlurmWaitingOperator, BaseSensorOperator):
             carried = stored if isinstance(stored, dict) else None
         policy = JobWaitPolicy(job_id, lost_grace=self.lost_grace, **(carried or {}))
 
-        def sleep(seconds: float) -> bool:
+        def sleep(seconds: float) -> None:
             # nothing is kept across reschedules before Airflow 3.3: a missing job is waited out here
             if policy.astray_since is None or store is not None or not self.reschedule:
-                return False
+                raise _NextPoke
             time.sleep(self.poke_interval)
-            return True
 
+        status: JobStatus | None
         try:
             status = run_wait(
                 follow(policy, self.poke_interval, self.log),
@@ -87,6 +91,8 @@ class SlurmJobSensor(SlurmWaitingOperator, BaseSensorOperator):
                 describe_requeue=self.hook.describe_requeue,
                 sleep=sleep,
             )
+        except _NextPoke:
+            status = None
         except (JobLostError, UnknownJobStateError):
             self._save_wait_state(store, carried, None)
             raise

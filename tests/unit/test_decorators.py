@@ -65,6 +65,13 @@ def test_the_decorators_arguments_are_the_operators(decorator: Any) -> None:
     assert set(named) - accepted - {"multiple_outputs", "python", "max_result_bytes"} == set()
 
 
+@pytest.mark.parametrize("decorator", [slurm_task, slurm_python_task])
+def test_the_named_arguments_left_as_none_take_the_operators_defaults(decorator: Any) -> None:
+    """@task.slurm's named arguments, which @task.slurm_python takes through its keyword arguments."""
+    op = operator(decorator(job={}, deferrable=False, poll_interval=None, slurm_conn_id=None), train, 1.0)
+    assert (op.poll_interval, op.slurm_conn_id) == (30.0, "slurm_job_api_default")
+
+
 def test_slurm_task_submits_the_script_its_function_returns_as_it_is() -> None:
     def build(epochs: int, ti: Any = None) -> str:
         return f"#!/bin/bash\necho {ti.task_id} for {epochs} epochs: {{{{ not rendered }}}}\n"
