@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import importlib.metadata
+import io
 import json
 import os
 import platform
 import statistics
+import subprocess
+import tarfile
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -107,3 +112,52 @@ def connection_json(emu: EmulatorAddress) -> str:
         "key_path": str(emu.key_file),
     }
     return json.dumps({"conn_type": "slurm_job_api", "extra": extra})
+
+
+@contextlib.contextmanager
+def provider_at(ref: str | None) -> Iterator[Path]:
+    """Where to run a benchmark's child process from (its working directory, first on its path):
+    these benchmarks with the provider as committed at ``ref``, for a baseline measured in the same
+    run; this tree when ``ref`` is None."""
+    if ref is None:
+        yield REPO_ROOT
+        return
+    archive = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "archive", ref, "airflow_provider_slurmapi"], capture_output=True, check=True
+    ).stdout
+    with tempfile.TemporaryDirectory(prefix="bench-baseline-") as work:
+        root = Path(work)
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(root, filter="data")
+        (root / "benchmarks").symlink_to(REPO_ROOT / "benchmarks")
+        yield root
+
+
+class StallProbe:
+    """How late a short timer fires in the running event loop: what any trigger sharing the loop
+    waits while something holds it (Airflow's triggerer warns past 0.2 s)."""
+
+    def __init__(self, period: float = 0.01) -> None:
+        self.period = period
+        self.lates: list[tuple[float, float]] = []  # (loop time the timer was set, seconds late)
+        self._task: asyncio.Future[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(self.period)
+            self.lates.append((before, loop.time() - before - self.period))
+
+    def longest(self, since: float = 0.0) -> float:
+        """The longest stall, in seconds, of timers set from loop time ``since`` on."""
+        return max((late for at, late in self.lates if at >= since), default=0.0)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

@@ -14,6 +14,11 @@ Each phase runs in a fresh process against a fresh emulator process whose jobs r
     python -m benchmarks.triggerer_pending                  # N = 1000, Q = 5000, 5 s interval
     python -m benchmarks.triggerer_pending --quick          # N = 30, Q = 150, 1 s interval
     python -m benchmarks.triggerer_pending --phases holds --modes shared
+    python -m benchmarks.triggerer_pending --modes shared baseline --baseline-ref 2114bb4
+
+Modes: ``shared`` and ``per-job`` polling of this tree's provider; ``baseline``, shared polling of
+the provider as committed at ``--baseline-ref``, measured in the same run. The longest stall is how
+late a 10 ms timer in the triggers' event loop fired, over the measured intervals.
 """
 
 from __future__ import annotations
@@ -35,17 +40,19 @@ from benchmarks.common import (
     CLUSTER,
     PROJECT,
     REGION,
-    REPO_ROOT,
+    StallProbe,
     machine_line,
     markdown_table,
+    provider_at,
     use_private_airflow_home,
 )
 from benchmarks.triggerer_scale import percentile, start_emulator
 
 PHASES = ("startup", "holds", "requeue storm", "pending + running", "busy queue")
 MEASURED_INTERVALS = 8  # per phase, after the triggers started
+HOLDS_INTERVALS = 16  # the holds phase: long enough for a queue read every 6 intervals to see both
 EVENT_AT = 3  # the interval at which holds or requeues are played
-RELEASE_AT = 6  # the interval at which the held jobs are released
+RELEASE_AT = 10  # the interval at which the held jobs are released
 
 
 # --- one phase, in its own process ---------------------------------------------------------------
@@ -77,16 +84,13 @@ class Meter:
 
     def __init__(self) -> None:
         from airflow_provider_slurmapi.client import aio, wait_policy
-        from airflow_provider_slurmapi.triggers import polling
 
         self.calls: list[tuple[float, int, int | None]] = []  # (when, reply bytes, shared poller's tick)
         self.seen: dict[tuple[str, str], float] = {}  # (job, "held" / "released" / "requeued") -> when
         read_reply, judge = aio.read_reply, wait_policy.JobWaitPolicy.judge
 
         def counting_read_reply(request: Any, status: int, text: str) -> Any:
-            pollers = polling.active_pollers()
-            tick = getattr(pollers[0], "ticks", None) if pollers else None
-            self.calls.append((time.time(), len(text.encode()), tick))
+            self.calls.append((time.time(), len(text.encode()), None))
             return read_reply(request, status, text)
 
         def noting_judge(policy: Any, status: Any, now: float) -> Any:
@@ -103,13 +107,18 @@ class Meter:
         aio.read_reply = counting_read_reply  # type: ignore[assignment]
         wait_policy.JobWaitPolicy.judge = noting_judge  # type: ignore[method-assign]
 
-    def per_interval(self, start: float, end: float, interval: float) -> tuple[float, float, float]:
-        """Mean calls and bytes per interval in [start, end), and the most calls in one interval:
-        in one tick of the shared poller, else in one interval counted from ``start``."""
-        inside = [(t, b, tick) for t, b, tick in self.calls if start <= t < end]
+    def per_interval(self, start: float, end: float, interval: float) -> tuple[float, float, float, float]:
+        """Mean calls and bytes per interval in [start, end), and the most calls and bytes in one
+        interval (counted from ``start``)."""
+        inside = [(t, b) for t, b, _ in self.calls if start <= t < end]
         intervals = max((end - start) / interval, 1e-9)
-        per = Counter(tick if tick is not None else f"w{int((t - start) // interval)}" for t, _, tick in inside)
-        return len(inside) / intervals, sum(b for _, b, _ in inside) / intervals, max(per.values(), default=0)
+        calls: Counter[int] = Counter()
+        size: Counter[int] = Counter()
+        for t, b in inside:
+            calls[int((t - start) // interval)] += 1
+            size[int((t - start) // interval)] += b
+        mean_bytes = sum(b for _, b in inside) / intervals
+        return len(inside) / intervals, mean_bytes, max(calls.values(), default=0), max(size.values(), default=0)
 
     def delays(self, kind: str, played: dict[str, float]) -> list[float]:
         return [self.seen[(j, kind)] - at for j, at in played.items() if (j, kind) in self.seen]
@@ -129,13 +138,16 @@ async def watch_phase(phase: str, count: int, others: int, interval: float, shar
         await loop.run_in_executor(None, lambda: submit(others - others // 2, pending=False, name="other"))
     watched = pending + running
     meter = Meter()
+    probe = StallProbe()
+    probe.start()
     triggers = [SlurmJobTrigger(j, poll_interval=interval, shared_polling=shared, lost_grace=600) for j in watched]
     runs = [t.run() for t in triggers]
     waits = [asyncio.ensure_future(r.__anext__()) for r in runs]
     start, cpu_start = time.time(), time.process_time()
     played: dict[str, dict[str, float]] = {}  # action -> job -> when
     targets = pending[::10] if phase == "holds" else running[::5] if phase == "requeue storm" else []
-    for n in range(MEASURED_INTERVALS):
+    intervals = HOLDS_INTERVALS if phase == "holds" else MEASURED_INTERVALS
+    for n in range(intervals):
         await asyncio.sleep(max(0.0, start + (n + 1) * interval - time.time()))
         if phase == "busy queue":
             await loop.run_in_executor(None, lambda: submit(1, pending=True, name="other"))
@@ -144,14 +156,17 @@ async def watch_phase(phase: str, count: int, others: int, interval: float, shar
         if action:
             played[action] = await loop.run_in_executor(None, control, emulator_url, targets, action)
     end, cpu_used = time.time(), time.process_time() - cpu_start
+    stall = probe.longest(since=loop.time() - (end - start) + interval)
+    await probe.stop()
     for wait in waits:
         wait.cancel()
     await asyncio.gather(*waits, return_exceptions=True)
     for run in runs:
         await run.aclose()
-    calls, size, worst = meter.per_interval(start + interval, end, interval)  # the first interval: set-up
+    calls, size, worst, most_bytes = meter.per_interval(start + interval, end, interval)  # the first: set-up
     figures: dict[str, Any] = {
-        "calls": calls, "bytes": size, "worst": worst, "cpu": cpu_used / MEASURED_INTERVALS, "delays": {},
+        "calls": calls, "bytes": size, "worst": worst, "most_bytes": most_bytes, "stall": stall,
+        "cpu": cpu_used / intervals, "delays": {},
     }  # fmt: skip
     for action, kind in (("hold", "held"), ("release", "released"), ("requeue", "requeued")):
         if action in played:
@@ -166,15 +181,18 @@ async def watch_phase(phase: str, count: int, others: int, interval: float, shar
 # --- the driver ------------------------------------------------------------------------------------
 
 
-def measure(phase: str, count: int, others: int, interval: float, shared: bool) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="bench-pending-") as work:
+def measure(phase: str, count: int, others: int, interval: float, mode: str, baseline_ref: str) -> dict[str, Any]:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-pending-") as work,
+        provider_at(baseline_ref if mode == "baseline" else None) as provider,
+    ):
         emulator, connection = start_emulator(Path(work))
         try:
             env = {**os.environ, "AIRFLOW_CONN_SLURM_JOB_API_DEFAULT": connection}
-            args = ["--child", phase, str(count), str(others), str(interval), "shared" if shared else "per-job"]
+            args = ["--child", phase, str(count), str(others), str(interval), mode]
             result = subprocess.run(
                 [sys.executable, "-m", "benchmarks.triggerer_pending", *args],
-                env=env, cwd=REPO_ROOT, capture_output=True, text=True, check=False,
+                env=env, cwd=provider, capture_output=True, text=True, check=False,
             )  # fmt: skip
             if result.returncode != 0:
                 raise RuntimeError(f"measuring {phase} failed:\n{result.stderr[-3000:]}")
@@ -198,13 +216,14 @@ def main() -> None:
     parser.add_argument("--queue", type=int, default=None, help="other jobs in the busy queue (default 5000)")
     parser.add_argument("--interval", type=float, default=None, help="poll interval, seconds (default 5)")
     parser.add_argument("--phases", nargs="+", choices=PHASES, default=PHASES)
-    parser.add_argument("--modes", nargs="+", choices=("shared", "per-job"), default=("shared", "per-job"))
+    parser.add_argument("--modes", nargs="+", choices=("shared", "per-job", "baseline"), default=("shared", "per-job"))
+    parser.add_argument("--baseline-ref", default="HEAD", help="the commit the baseline mode measures (default HEAD)")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     use_private_airflow_home()
     if args.child:
         phase, count, others, interval, mode = args.child
-        figures = asyncio.run(watch_phase(phase, int(count), int(others), float(interval), mode == "shared"))
+        figures = asyncio.run(watch_phase(phase, int(count), int(others), float(interval), mode != "per-job"))
         print(json.dumps(figures))
         return
     count = args.n or (30 if args.quick else 1000)
@@ -213,17 +232,19 @@ def main() -> None:
     rows, shared_worst, unseen = [], 0, 0
     for phase in args.phases:
         for mode in args.modes:
-            figures = measure(phase, count, others, interval, mode == "shared")
+            figures = measure(phase, count, others, interval, mode, args.baseline_ref)
             if mode == "shared":
                 shared_worst = max(shared_worst, int(figures["worst"]))
                 unseen += sum(found["of"] - found["seen"] for found in figures["delays"].values())
             rows.append(
                 [
                     phase,
-                    mode,
+                    mode if mode != "baseline" else f"shared, {args.baseline_ref}",
                     f"{figures['calls']:.1f}",
                     f"{figures['worst']:.0f}",
                     f"{figures['bytes'] / 1e6:.2f}",
+                    f"{figures['most_bytes'] / 1e6:.2f}",
+                    f"{figures['stall'] * 1000:.0f}",
                     f"{figures['cpu']:.3f}",
                     delay_cell(figures, "held", interval),
                     delay_cell(figures, "released", interval),
@@ -233,11 +254,12 @@ def main() -> None:
             print(f"measured {phase} {mode}", file=sys.stderr, flush=True)
     headers = [
         "phase", "polling", "API calls / interval", "most calls in an interval", "MB / interval",
-        "CPU s / interval", "hold seen after (p50 / max)", "release seen after", "requeue seen after",
+        "most MB in an interval", "longest stall (ms)", "CPU s / interval", "hold seen after (p50 / max)", "release seen after", "requeue seen after",
     ]  # fmt: skip
     print(
         f"Pending, held and requeued jobs: {count:,} jobs of ours per phase (busy queue: {others:,} others), "
-        f"poll interval {interval:g} s, {MEASURED_INTERVALS} intervals each\n"
+        f"poll interval {interval:g} s, {MEASURED_INTERVALS} intervals each ({HOLDS_INTERVALS} for holds: "
+        f"held at the {EVENT_AT}rd, released at the {RELEASE_AT}th)\n"
     )
     print(markdown_table(headers, rows))
     print()

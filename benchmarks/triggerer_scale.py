@@ -7,6 +7,10 @@ run no processes (``--virtual-jobs``) and end at spread, known times.
     python -m benchmarks.triggerer_scale                  # N = 100, 1000, 5000 at a 10 s interval
     python -m benchmarks.triggerer_scale --quick          # N = 50 at a 1 s interval (CI smoke run)
     python -m benchmarks.triggerer_scale --sizes 1000 --interval 10 --modes shared
+    python -m benchmarks.triggerer_scale --sizes 1000 --modes shared baseline --baseline-ref 2114bb4
+
+Mode ``baseline`` is shared polling with the provider as committed at ``--baseline-ref``,
+measured in the same run. The longest stall is how late the 50 ms probe timer woke, at worst.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO_ROOT, machine_line, markdown_table, use_private_airflow_home
+from benchmarks.common import machine_line, markdown_table, provider_at, use_private_airflow_home
 
 SPREAD_INTERVALS = 2.0  # jobs end spread over this many intervals
 WAIT_INTERVALS = 3.0  # after every trigger started, this many intervals pass before the first job ends
@@ -126,6 +130,7 @@ async def watch(job_ids: list[str], ends: list[float], interval: float, shared: 
         "cpu_per_interval_overall": cpu_used / intervals,
         "rss_above_idle_mb": (rss_kib("VmHWM") - idle_rss) / 1024,
         "lag_p99_ms": percentile(lags, 99) * 1000,
+        "stall_ms": max(lags, default=0.0) * 1000,
         "delay_p50": percentile(delays, 50),
         "delay_p99": percentile(delays, 99),
     }
@@ -160,15 +165,18 @@ def start_emulator(work: Path) -> tuple[subprocess.Popen[str], str]:
     raise RuntimeError("the emulator did not start")
 
 
-def measure(count: int, interval: float, shared: bool) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="bench-triggerer-") as work:
+def measure(count: int, interval: float, mode: str, baseline_ref: str) -> dict[str, Any]:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-triggerer-") as work,
+        provider_at(baseline_ref if mode == "baseline" else None) as provider,
+    ):
         emulator, connection = start_emulator(Path(work))
         try:
             env = {**os.environ, "AIRFLOW_CONN_SLURM_JOB_API_DEFAULT": connection}
-            args = ["--child", str(count), str(interval), "shared" if shared else "per-job"]
+            args = ["--child", str(count), str(interval), mode]
             result = subprocess.run(
                 [sys.executable, "-m", "benchmarks.triggerer_scale", *args],
-                env=env, cwd=REPO_ROOT, capture_output=True, text=True, check=False,
+                env=env, cwd=provider, capture_output=True, text=True, check=False,
             )  # fmt: skip
             if result.returncode != 0:
                 raise RuntimeError(f"measuring N={count} failed:\n{result.stderr[-3000:]}")
@@ -183,24 +191,25 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="N = 50 at a 1 s interval, for CI")
     parser.add_argument("--sizes", type=int, nargs="+", default=None, help="numbers of triggers")
     parser.add_argument("--interval", type=float, default=None, help="poll interval, seconds (default 10)")
-    parser.add_argument("--modes", nargs="+", choices=("shared", "per-job"), default=("shared", "per-job"))
+    parser.add_argument("--modes", nargs="+", choices=("shared", "per-job", "baseline"), default=("shared", "per-job"))
+    parser.add_argument("--baseline-ref", default="HEAD", help="the commit the baseline mode measures (default HEAD)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     use_private_airflow_home()
     if args.child:
         count, interval, mode = int(args.child[0]), float(args.child[1]), args.child[2]
-        print(json.dumps(run_configuration(count, interval, mode == "shared")))
+        print(json.dumps(run_configuration(count, interval, mode != "per-job")))
         return
     sizes = args.sizes or ([50] if args.quick else [100, 1000, 5000])
     interval = args.interval or (1.0 if args.quick else 10.0)
     rows = []
     for count in sizes:
         for mode in args.modes:
-            figures = measure(count, interval, mode == "shared")
+            figures = measure(count, interval, mode, args.baseline_ref)
             rows.append(
                 [
                     f"{count:,}",
-                    mode,
+                    mode if mode != "baseline" else f"shared, {args.baseline_ref}",
                     f"{figures['calls_per_interval_waiting']:.1f}",
                     f"{figures['calls_per_interval_overall']:.1f}",
                     f"{figures['cpu_per_interval_waiting']:.3f}",
@@ -208,6 +217,7 @@ def main() -> None:
                     f"{figures['cpu_per_interval_overall']:.3f}",
                     f"{figures['rss_above_idle_mb']:.1f}",
                     f"{figures['lag_p99_ms']:.1f}",
+                    f"{figures['stall_ms']:.0f}",
                     f"{figures['delay_p50']:.2f}",
                     f"{figures['delay_p99']:.2f}",
                 ]
@@ -216,7 +226,7 @@ def main() -> None:
     headers = [
         "triggers", "polling", "API calls / interval, waiting", "API calls / interval, overall",
         "CPU s / interval, waiting", "CPU, waiting (% of a core)", "CPU s / interval, overall",
-        "peak RSS above idle (MB)", "loop lag p99 (ms)", "detection delay p50 (s)", "detection delay p99 (s)",
+        "peak RSS above idle (MB)", "loop lag p99 (ms)", "longest stall (ms)", "detection delay p50 (s)", "detection delay p99 (s)",
     ]  # fmt: skip
     print(f"Triggerer at scale: poll interval {interval:g} s; jobs end over {SPREAD_INTERVALS:g} intervals\n")
     print(markdown_table(headers, rows))

@@ -10,7 +10,13 @@ import aiohttp
 
 from airflow_provider_slurmapi.client.api import AsyncOperations, ClusterClient
 from airflow_provider_slurmapi.client.cluster import ClusterRef
-from airflow_provider_slurmapi.client.envelope import SlurmCall, SlurmReply, read_reply, refuse_redirect
+from airflow_provider_slurmapi.client.envelope import (
+    LARGE_REPLY_CHARS,
+    SlurmCall,
+    SlurmReply,
+    read_reply,
+    refuse_redirect,
+)
 from airflow_provider_slurmapi.client.errors import SlurmJobApiError, TransportError, UnauthenticatedError
 from airflow_provider_slurmapi.client.paths import DEFAULT_API_VERSION
 from airflow_provider_slurmapi.client.retry import RetryPolicy
@@ -97,6 +103,8 @@ class AsyncSlurmJobApiClient(ClusterClient, AsyncOperations):
                 text = await response.text()
         except (TimeoutError, aiohttp.ClientError) as error:
             raise TransportError(f"{request.method} {request.path}: {describe_failure(error)}") from error
+        if len(text) > LARGE_REPLY_CHARS:  # decoding it here would stall every trigger of the loop
+            return await asyncio.to_thread(read_reply, request, response.status, text)
         return read_reply(request, response.status, text)
 
 

@@ -74,11 +74,9 @@ class SlurmJobApiOperations:
     find_job = ApiOperation(operations.find_job)
     job_records = ApiOperation(operations.job_records)
     describe_requeue = ApiOperation(operations.describe_requeue)
-    requeue_lines = ApiOperation(operations.requeue_lines)
     job_states = ApiOperation(operations.job_states)
     list_jobs = ApiOperation(operations.list_jobs)
     ended_jobs = ApiOperation(operations.ended_jobs)
-    queue_changes = ApiOperation(operations.queue_changes)
     cancel_job = ApiOperation(operations.cancel_job)
     call = ApiOperation(operations.call)
     ping = ApiOperation(operations.ping)
@@ -92,7 +90,11 @@ class SyncOperations(SlurmJobApiOperations):
 
 
 class AsyncOperations(SlurmJobApiOperations):
-    """Operations that return an awaitable of their result (the async client)."""
+    """Operations that return an awaitable of their result (the async client), and those only the
+    triggerer's shared poller asks for: the live queue's changes, and the requeue lines of many jobs."""
+
+    queue_changes = ApiOperation(operations.queue_changes)
+    requeue_lines = ApiOperation(operations.requeue_lines)
 
     async def _run(self, operation: Operation[T]) -> T:
         raise NotImplementedError

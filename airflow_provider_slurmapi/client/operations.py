@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from typing import Any, NamedTuple
 
 from airflow_provider_slurmapi.client.arrays import select_job
@@ -28,6 +29,7 @@ from airflow_provider_slurmapi.client.job_description import submission_body
 from airflow_provider_slurmapi.client.job_events import END_STATES, EndedJob
 from airflow_provider_slurmapi.client.jobs import FINISHED_STATES, JobStatus, RecordSource
 from airflow_provider_slurmapi.client.paths import JobId, base_job_id, validate_job_id
+from airflow_provider_slurmapi.client.records import live_record_id
 from airflow_provider_slurmapi.client.requeue import describe_requeue as requeue_line
 from airflow_provider_slurmapi.client.requeue import latest_runs, run_that_ended
 from airflow_provider_slurmapi.client.steps import ApiSettings, Operation, Pause, request
@@ -311,20 +313,29 @@ def job_states(api: ApiSettings, job_ids: list[str]) -> Operation[dict[str, list
 class QueueChanges(NamedTuple):
     """The live queue as ``GET jobs/?update_time=`` gives it: every job (``jobs``) and the stamp
     to ask from next time, or ``jobs`` None when nothing changed since (slurmctld answers all or
-    nothing)."""
+    nothing); ``size``, the answer's characters."""
 
     last_update: int
     jobs: list[JobStatus] | None
+    size: int = 0
 
 
-def queue_changes(api: ApiSettings, since: int | None = None) -> Operation[QueueChanges]:
-    """The live queue if anything in it changed since ``since`` (a ``last_update`` of an earlier answer)."""
+def queue_changes(
+    api: ApiSettings, since: int | None = None, job_ids: Collection[str] | None = None
+) -> Operation[QueueChanges]:
+    """The live queue if anything in it changed since ``since`` (a ``last_update`` of an earlier
+    answer); with ``job_ids``, only the records of those jobs (their array tasks and het components
+    too): the others are not read further."""
     call = SlurmCall("GET", api.paths.jobs(update_time=since), expected_warning="No job changes since")
     reply = yield from request(call)
     stamp = int((reply.body.get("last_update") or {}).get("number") or 0)
     if since is not None and not stamp:  # "No job changes since update_time[...]": last_update 0, no jobs
-        return QueueChanges(since, None)
-    return QueueChanges(stamp, [JobStatus.from_slurm(j) for j in _records(reply)])
+        return QueueChanges(since, None, reply.size)
+    records = _records(reply)
+    if job_ids is not None:
+        wanted = {base_job_id(job_id) for job_id in job_ids}
+        records = [job for job in records if base_job_id(live_record_id(job)) in wanted]
+    return QueueChanges(stamp, [JobStatus.from_slurm(j) for j in records], reply.size)
 
 
 def ended_jobs(api: ApiSettings, start_time: int, end_time: int) -> Operation[list[EndedJob]]:

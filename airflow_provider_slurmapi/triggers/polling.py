@@ -10,7 +10,11 @@ A shared poller makes at most two calls per interval, however many jobs its trig
   hold, its reason, a release, a requeue's restart count. slurmctld answers all or nothing: no jobs
   when nothing changed since T (the records kept from before still hold), else the whole queue, whose
   watched records the poller keeps. Accounting would answer for our jobs only, but it does not record
-  a hold placed on a pending job. The interval a job starts pending in, both are read;
+  a hold placed on a pending job. The interval a job starts pending in, both are read. A whole queue
+  costs about 5 KB a job: after an answer of B bytes the queue is read again only after
+  B / ``QUEUE_BYTES_PER_INTERVAL`` intervals (the state list in between), so that a busy queue of
+  thousands of jobs, which changes every interval, costs at most that many bytes per interval on
+  average; a hold or release is then seen at the next queue read;
 - when jobs were seen requeued, one accounting read for all of them (by job ID), for the cause
   their log line names, at the next interval.
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -36,9 +41,9 @@ from airflow_provider_slurmapi.client.arrays import select_job, summaries
 from airflow_provider_slurmapi.client.errors import BulkStateQueryUnsupported, SlurmJobApiError
 from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.client.paths import base_job_id
-from airflow_provider_slurmapi.client.requeue import describe_requeue as requeue_line
+from airflow_provider_slurmapi.client.requeue import describe_requeue
 from airflow_provider_slurmapi.client.wait_policy import HELD_REPORT_SECONDS
-from airflow_provider_slurmapi.triggers.interval_poller import IntervalPoller, PollerRegistry
+from airflow_provider_slurmapi.triggers.interval_poller import IntervalPoller, PollerRegistry, open_client
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +52,9 @@ log = logging.getLogger(__name__)
 FULL_READS_PER_TICK = 50
 # Requeued jobs whose cause one accounting read asks for (a path of about 12 KB); more wait a tick.
 REQUEUE_CAUSES_PER_TICK = 500
-
-
-async def open_client(hook_kwargs: dict[str, Any]) -> AsyncSlurmJobApiClient:
-    from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiAsyncHook
-
-    return await SlurmJobApiAsyncHook(**hook_kwargs).get_client()
+# The live queue's bytes the poller reads per interval, on average: a busy queue of 6,000 jobs
+# (30 MB) is read every 30 intervals, a queue of 200 jobs or fewer at every interval.
+QUEUE_BYTES_PER_INTERVAL = 1_000_000
 
 
 class JobReader:
@@ -116,12 +118,12 @@ class SharedPoller(IntervalPoller[Tick]):
         super().__init__(key, hook_kwargs, interval, Tick())
         self.watched: Counter[str] = Counter()
         self.unsupported = False
-        self.calls = 0  # bulk calls made (state, queue and requeue causes), for tests and benchmarks
-        self.ticks = 0  # answers given to the triggers
         self._ready = asyncio.Lock()
         self._full_reads_left = FULL_READS_PER_TICK
         self._kept = KeptQueue()
         self._from_queue = False  # some watched job pended at the last tick: read the queue's changes
+        self._reads = 0  # reads of the poller so far (ticks and failed ones)
+        self._next_queue_read = 0  # the read from which on the queue may be read again
         self._requeued: list[tuple[JobStatus, asyncio.Future[str]]] = []  # log lines asked for
 
     async def start(self) -> AsyncSlurmJobApiClient:
@@ -160,22 +162,24 @@ class SharedPoller(IntervalPoller[Tick]):
 
     def _publish(self, tick: Tick) -> None:
         self._full_reads_left = FULL_READS_PER_TICK
-        self.ticks += 1
         super()._publish(tick)
 
     async def _read_tick(self) -> Tick:
         """The next answer to the triggers, and whether the one after is read from the queue."""
         tick = Tick()
+        self._reads += 1
         await self._read_requeue_causes()  # first: the triggers it answers then wait for this tick
         await self._read_states(tick)
         self._from_queue = any(status.state == "PENDING" for status in tick.active.values())
         return tick
 
     async def _read_states(self, tick: Tick) -> None:
-        """Fill ``tick``: from the queue's changes while a watched job pends, else from the state
-        list, and then, if it shows a pending job, from the queue's changes for the pending ones."""
+        """Fill ``tick``: from the queue's changes while a watched job pends (when the queue is due),
+        else from the state list, and then, if it shows a job newly pending, from the queue's changes
+        for the pending ones."""
         assert self.client is not None
-        if self._from_queue:
+        queue_due = self._reads >= self._next_queue_read
+        if self._from_queue and queue_due:
             kept = await self._read_queue()
             if kept is not None:
                 records = {job_id: kept.status(job_id) for job_id in self.watched}
@@ -183,10 +187,9 @@ class SharedPoller(IntervalPoller[Tick]):
                 tick.active = dict(tick.full)
                 return
         statuses = summaries(await self.client.job_states(sorted(self.watched)))
-        self.calls += 1
         tick.active = {job_id: status for job_id, status in statuses.items() if status.is_active}
         pending = [job_id for job_id, status in tick.active.items() if status.state == "PENDING"]
-        if pending and not self._from_queue:  # (when it was, the queue read just failed)
+        if pending and not self._from_queue and queue_due:  # (when it was, the queue read just failed)
             kept = await self._read_queue()
             if kept is not None:
                 found = {job_id: kept.status(job_id) for job_id in pending}
@@ -199,11 +202,11 @@ class SharedPoller(IntervalPoller[Tick]):
         kept = self._kept
         covered = all(base_job_id(job_id) in kept.covers for job_id in self.watched)
         try:
-            changes = await self.client.queue_changes(kept.stamp if covered else None)
+            changes = await self.client.queue_changes(kept.stamp if covered else None, list(self.watched))
         except SlurmJobApiError as error:
             log.warning("Reading pending Slurm jobs by themselves this interval: %s", error)
             return None
-        self.calls += 1
+        self._next_queue_read = self._reads + math.ceil(changes.size / QUEUE_BYTES_PER_INTERVAL)
         if changes.jobs is not None:
             kept = self._kept = KeptQueue.of(changes.last_update, changes.jobs, set(self.watched))
         return kept
@@ -217,11 +220,10 @@ class SharedPoller(IntervalPoller[Tick]):
         lines: dict[str, str] = {}
         try:
             lines = await self.client.requeue_lines([status for status, _ in asked])
-            self.calls += 1
         finally:  # a log line never fails a wait: without the read, one without the cause
             for status, line in asked:
                 if not line.done():  # its trigger may have stopped meanwhile
-                    line.set_result(lines.get(status.job_id) or requeue_line(status, None))
+                    line.set_result(lines.get(status.job_id) or describe_requeue(status, None))
 
 
 _POLLERS = PollerRegistry(SharedPoller)

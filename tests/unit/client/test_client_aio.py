@@ -3,10 +3,14 @@ and the aiohttp session it opens or is given. The cases both clients share are i
 
 from __future__ import annotations
 
+import json
+import threading
+
 import aiohttp
 import pytest
 from scripted_api import FAST, Tokens, async_client, cluster_at, envelope, google
 
+from airflow_provider_slurmapi.client import envelope as envelope_module
 from airflow_provider_slurmapi.client.aio import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.client.errors import PermissionDeniedError, UnauthenticatedError
 
@@ -77,3 +81,23 @@ async def test_caller_session_is_not_closed(api, slurm_fixture):
             await client.ping()
         assert not session.closed
     assert len(api.received) == 1
+
+
+async def test_a_large_reply_is_decoded_in_a_worker_thread_to_the_same_answer(api, slurm_fixture, monkeypatch):
+    record = slurm_fixture("job_pending_held.json")["jobs"][0]
+    queue = {**slurm_fixture("jobs_list_mixed.json"), "jobs": [{**record, "job_id": n} for n in range(1, 200)]}
+    api.script = [envelope(200, queue)]
+    threads: list[str] = []
+    decode = envelope_module.decode_json
+
+    def noting_decode(text: str) -> object:
+        threads.append(threading.current_thread().name)
+        return decode(text)
+
+    monkeypatch.setattr(envelope_module, "decode_json", noting_decode)
+    async with async_client(api.port, Tokens()) as client:
+        changes = await client.queue_changes(None, ["7", "150"])
+    assert [status.job_id for status in changes.jobs or []] == ["7", "150"]
+    assert changes.size > envelope_module.LARGE_REPLY_CHARS
+    assert threads and threading.main_thread().name not in threads  # not on the event loop's thread
+    assert envelope_module.decode_json(json.dumps(queue)) == queue  # the hook changes nothing

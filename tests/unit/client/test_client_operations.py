@@ -335,7 +335,12 @@ def test_queue_changes_gives_the_whole_queue_and_its_stamp(driver):
 def test_queue_changes_says_when_nothing_changed(driver):
     changes = driver.run(operations.queue_changes(API, 1796247641), "jobs_list_update_time_unchanged_held.json")
     assert driver.calls == [("GET", "/slurm/v0.0.42/jobs/?update_time=1796247641")]
-    assert changes == operations.QueueChanges(1796247641, None)  # the stamp stays, no jobs
+    assert (changes.last_update, changes.jobs) == (1796247641, None)  # the stamp stays, no jobs
+
+
+def test_queue_changes_reads_only_the_records_of_the_jobs_asked_for(driver):
+    changes = driver.run(operations.queue_changes(API, None, ["7", "404"]), "jobs_list_held_pending_running.json")
+    assert [s.job_id for s in changes.jobs or []] == ["7"]
 
 
 def test_queue_changes_logs_no_warning_when_nothing_changed(driver, caplog):

@@ -257,9 +257,9 @@ class QueueClient:
         self.state_calls += 1
         return {job_id: [self.states[job_id]] for job_id in job_ids if job_id in self.states}
 
-    async def queue_changes(self, since: int | None) -> QueueChanges:
+    async def queue_changes(self, since: int | None, job_ids: list[str] | None = None) -> QueueChanges:
         self.asked.append(since)
-        operation = queue_changes(ApiSettings(SlurmPaths("v0.0.42")), since)
+        operation = queue_changes(ApiSettings(SlurmPaths("v0.0.42")), since, job_ids)
         call = next(operation)
         body = (FIXTURES / f"{next(self.names)}.json").read_text()
         try:
@@ -317,7 +317,23 @@ def test_the_poller_reads_holds_releases_and_requeues_from_the_queue_changes() -
     requeued = full(asyncio.run(poller._read_tick()))
     assert requeued["2"] == ("PENDING", "BeginTime", False, 1) and requeued["1"][0] == "RUNNING"
     assert client.asked == [None, 1796247641, 1796247641, 1796247643]
-    assert client.state_calls == 1 and poller.calls == 5  # one call a tick, two in the first
+    assert client.state_calls == 1 and len(client.asked) == 4  # one call a tick, two in the first
+
+
+def test_a_large_queue_is_read_again_only_once_its_bytes_spread_under_the_budget(monkeypatch) -> None:
+    # the first answer (the whole queue) is 4 to 5 budgets long: the state list for the next 4
+    # intervals, then the queue's changes again, where the release and the new hold show
+    names = ["jobs_list_held_pending_running", "jobs_list_update_time_after_release_and_hold"]
+    size = len((FIXTURES / f"{names[0]}.json").read_text())
+    monkeypatch.setattr("airflow_provider_slurmapi.triggers.polling.QUEUE_BYTES_PER_INTERVAL", size // 4)
+    client = QueueClient(names, {"1": "PENDING", "5": "PENDING", "6": "PENDING", "7": "PENDING"})
+    poller = shared_poller(client, ["1", "5", "6", "7"])
+    ticks = [asyncio.run(poller._read_tick()) for _ in range(6)]
+    assert client.asked == [None, 1796247641]  # at the first tick and the sixth
+    assert client.state_calls == 5  # the first tick, and each of the four between
+    assert [sorted(tick.full) for tick in ticks[1:5]] == [[]] * 4  # summaries in between
+    assert [ticks[0].full["1"].held, ticks[5].full["1"].held] == [True, False]  # released
+    assert [ticks[0].full["6"].held, ticks[5].full["6"].held] == [False, True]  # held
 
 
 def test_the_poller_reads_the_state_list_alone_while_no_watched_job_pends() -> None:
