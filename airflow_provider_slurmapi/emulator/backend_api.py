@@ -3,7 +3,7 @@
 The server validates the Google side (auth, cluster, envelope) and hands a ``SlurmRequest`` to a
 ``SlurmBackend``, which answers ``(slurmrestd HTTP status, reply)``:
 
-- ``BuiltinBackend`` (``builtin.py``) emulates slurmctld + slurmdbd with local processes.
+- ``BuiltinBackend`` (``builtin/``) emulates slurmctld + slurmdbd with local processes.
 - ``SlurmrestdBackend`` (``slurmrestd.py``) forwards every call to a real slurmrestd.
 """
 

@@ -34,6 +34,9 @@ MIN_JOB_AGE = 30.0  # seconds a finished job stays in the live queue (Slurm's Mi
 SECONDS_PER_MINUTE = 60.0  # how long one minute of time_limit lasts
 KILL_WAIT = 3.0  # seconds between SIGTERM and SIGKILL (Slurm's KillWait)
 REQUEUE_DELAY = 120.0  # seconds a requeued job pends before it runs again (real Slurm: ~121 s)
+# seconds a stopped job stays COMPLETING once its script ended, while its node cleans up
+# (real Slurm 24.11: 10 to 50 ms)
+CLEANUP_TIME = 0.05
 
 # the actions only a running job allows, and how a refusal names what they do
 _DONE = {"requeue": "requeued", "requeuehold": "requeued", "preempt": "preempted", "node_fail": "failed by its node"}
@@ -325,8 +328,11 @@ class Scheduler:
             timer.cancel()
         if job.settled:
             self._run_ended(job, outcome)
-        else:
-            self._finish(job, outcome)
+            return
+        self._finish(job, outcome)
+        if job.completing:
+            await asyncio.sleep(CLEANUP_TIME)
+            self._cleaned_up(job)
 
     def _time_limit(self, job: Job) -> None:
         if not job.settled:  # a run being killed for a requeue does not time out as well
@@ -348,8 +354,8 @@ class Scheduler:
         job.steps = outcome.steps
         info = outcome.exit
         if job.stop_reason is not None:
-            # set only now: while COMPLETING, real Slurm still reads SUCCESS/0; afterwards it reports
-            # SIGNALED/TERM, even after ?signal=KILL
+            # a stopped job reads SUCCESS/0 until the end of its script reaches slurmctld, then
+            # SIGNALED/TERM (even after ?signal=KILL), still COMPLETING until _cleaned_up
             job.exit = TERM_EXIT
         else:
             job.end_time = epoch_seconds()
@@ -363,9 +369,14 @@ class Scheduler:
                 job.state_description = outcome.description
             else:
                 job.state = State.COMPLETED
-        job.completing = False
         job.ended_at = time.time()
         log.info("job %s ended: %s", job.job_id, job.state.value)
+        self._touch(job)
+        self._poke()
+
+    def _cleaned_up(self, job: Job) -> None:
+        """The node of a stopped job is done with it: the job is no longer COMPLETING."""
+        job.completing = False
         self._touch(job)
         self._poke()
 
