@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import importlib.metadata
 import io
 import json
@@ -14,6 +15,7 @@ import statistics
 import subprocess
 import tarfile
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -135,28 +137,56 @@ def provider_at(ref: str | None) -> Iterator[Path]:
 
 class StallProbe:
     """How late a short timer fires in the running event loop: what any trigger sharing the loop
-    waits while something holds it (Airflow's triggerer warns past 0.2 s)."""
+    waits while something holds it (Airflow's triggerer warns past 0.2 s). The interpreter's
+    garbage collection passes are noted too: a full pass scans every object of the process
+    (Airflow's included), whoever's allocation set it off, and ``longest(..., without_gc=True)``
+    leaves their time out."""
 
     def __init__(self, period: float = 0.01) -> None:
         self.period = period
-        self.lates: list[tuple[float, float]] = []  # (loop time the timer was set, seconds late)
+        self.timers: list[tuple[float, float]] = []  # (loop time the timer was set, when it fired)
+        self.gc_passes: list[tuple[float, float, int]] = []  # (start, end, generation), monotonic
+        self._gc_started = 0.0
         self._task: asyncio.Future[None] | None = None
 
     def start(self) -> None:
+        gc.callbacks.append(self._on_gc)
         self._task = asyncio.ensure_future(self._run())
 
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_started = time.monotonic()
+        else:
+            self.gc_passes.append((self._gc_started, time.monotonic(), info["generation"]))
+
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()  # its time is time.monotonic()
         while True:
             before = loop.time()
             await asyncio.sleep(self.period)
-            self.lates.append((before, loop.time() - before - self.period))
+            self.timers.append((before, loop.time()))
 
-    def longest(self, since: float = 0.0) -> float:
+    def longest(self, since: float = 0.0, *, without_gc: bool = False) -> float:
         """The longest stall, in seconds, of timers set from loop time ``since`` on."""
-        return max((late for at, late in self.lates if at >= since), default=0.0)
+        worst = 0.0
+        for before, fired in self.timers:
+            if before < since:
+                continue
+            late = fired - before - self.period
+            if without_gc:
+                late -= sum(
+                    min(end, fired) - max(start, before)
+                    for start, end, _ in self.gc_passes
+                    if start < fired and end > before
+                )
+            worst = max(worst, late)
+        return worst
+
+    def longest_gc_pass(self, since: float = 0.0) -> float:
+        return max((end - start for start, end, _ in self.gc_passes if start >= since), default=0.0)
 
     async def stop(self) -> None:
+        gc.callbacks.remove(self._on_gc)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

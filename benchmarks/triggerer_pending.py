@@ -18,7 +18,8 @@ Each phase runs in a fresh process against a fresh emulator process whose jobs r
 
 Modes: ``shared`` and ``per-job`` polling of this tree's provider; ``baseline``, shared polling of
 the provider as committed at ``--baseline-ref``, measured in the same run. The longest stall is how
-late a 10 ms timer in the triggers' event loop fired, over the measured intervals.
+late a 10 ms timer in the triggers' event loop fired, over the measured intervals; "outside GC"
+leaves out the time of the interpreter's garbage collection passes, which scan the whole process.
 """
 
 from __future__ import annotations
@@ -156,7 +157,9 @@ async def watch_phase(phase: str, count: int, others: int, interval: float, shar
         if action:
             played[action] = await loop.run_in_executor(None, control, emulator_url, targets, action)
     end, cpu_used = time.time(), time.process_time() - cpu_start
-    stall = probe.longest(since=loop.time() - (end - start) + interval)
+    window_start = loop.time() - (end - start) + interval
+    stall = probe.longest(window_start)
+    stall_without_gc, gc_pass = probe.longest(window_start, without_gc=True), probe.longest_gc_pass(window_start)
     await probe.stop()
     for wait in waits:
         wait.cancel()
@@ -166,6 +169,7 @@ async def watch_phase(phase: str, count: int, others: int, interval: float, shar
     calls, size, worst, most_bytes = meter.per_interval(start + interval, end, interval)  # the first: set-up
     figures: dict[str, Any] = {
         "calls": calls, "bytes": size, "worst": worst, "most_bytes": most_bytes, "stall": stall,
+        "stall_without_gc": stall_without_gc, "gc_pass": gc_pass,
         "cpu": cpu_used / intervals, "delays": {},
     }  # fmt: skip
     for action, kind in (("hold", "held"), ("release", "released"), ("requeue", "requeued")):
@@ -245,6 +249,8 @@ def main() -> None:
                     f"{figures['bytes'] / 1e6:.2f}",
                     f"{figures['most_bytes'] / 1e6:.2f}",
                     f"{figures['stall'] * 1000:.0f}",
+                    f"{figures['stall_without_gc'] * 1000:.0f}",
+                    f"{figures['gc_pass'] * 1000:.0f}",
                     f"{figures['cpu']:.3f}",
                     delay_cell(figures, "held", interval),
                     delay_cell(figures, "released", interval),
@@ -254,7 +260,8 @@ def main() -> None:
             print(f"measured {phase} {mode}", file=sys.stderr, flush=True)
     headers = [
         "phase", "polling", "API calls / interval", "most calls in an interval", "MB / interval",
-        "most MB in an interval", "longest stall (ms)", "CPU s / interval", "hold seen after (p50 / max)", "release seen after", "requeue seen after",
+        "most MB in an interval", "longest stall (ms)", "longest stall outside GC (ms)",
+        "longest GC pass (ms)", "CPU s / interval", "hold seen after (p50 / max)", "release seen after", "requeue seen after",
     ]  # fmt: skip
     print(
         f"Pending, held and requeued jobs: {count:,} jobs of ours per phase (busy queue: {others:,} others), "

@@ -13,6 +13,7 @@ window's end, whether or not a job ended near it.
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
@@ -99,12 +100,17 @@ class JobEventFilter:
         status = job.status
         return (
             status.state in self.states
-            and (not self.job_name or any(fnmatch.fnmatchcase(status.name, glob) for glob in self.job_name))
+            and (self._name_pattern is None or self._name_pattern.match(status.name) is not None)
             and (not self.user or job.user in self.user)
             and (not self.partition or job.partition in self.partition)
             and (not self.account or job.account in self.account)
             and (self.comment_contains is None or self.comment_contains in status.comment)
         )
+
+    @cached_property
+    def _name_pattern(self) -> re.Pattern[str] | None:
+        """The name globs as one pattern, compiled once: it matches where ``fnmatchcase`` of any glob does."""
+        return re.compile("|".join(fnmatch.translate(glob) for glob in self.job_name)) if self.job_name else None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -8,7 +8,7 @@ Google libraries are imported only when a task runs.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -65,11 +65,7 @@ class SlurmBaseOperator(BaseOperator):
     @property
     def hook_kwargs(self) -> dict[str, Any]:
         """The connection arguments (as rendered), as the hook and the trigger take them."""
-        arguments = {name: getattr(self, name) for name in CONNECTION_ARGUMENTS}
-        chain = arguments["impersonation_chain"]
-        if chain and not isinstance(chain, str):
-            arguments["impersonation_chain"] = list(chain)  # a trigger's arguments are plain JSON
-        return arguments
+        return connection_kwargs({name: getattr(self, name) for name in CONNECTION_ARGUMENTS})
 
     @cached_property
     def hook(self) -> SlurmJobApiHook:
@@ -78,9 +74,20 @@ class SlurmBaseOperator(BaseOperator):
         return SlurmJobApiHook(**self.hook_kwargs)
 
 
-# The parameters of SlurmBaseOperator.__init__, read from its signature so that they are named once.
-CONNECTION_ARGUMENTS = tuple(
-    name
+# The parameters of SlurmBaseOperator.__init__, read from its signature so that they are named once
+# (the job-event trigger takes them too).
+CONNECTION_PARAMETERS = {
+    name: parameter
     for name, parameter in inspect.signature(SlurmBaseOperator.__init__).parameters.items()
     if parameter.kind is inspect.Parameter.KEYWORD_ONLY
-)
+}
+CONNECTION_ARGUMENTS = tuple(CONNECTION_PARAMETERS)
+
+
+def connection_kwargs(given: Mapping[str, Any]) -> dict[str, Any]:
+    """Every connection argument, as ``given`` or at its default, as the hook and the triggers take them."""
+    arguments = {name: given.get(name, parameter.default) for name, parameter in CONNECTION_PARAMETERS.items()}
+    chain = arguments["impersonation_chain"]
+    if chain and not isinstance(chain, str):
+        arguments["impersonation_chain"] = list(chain)  # a trigger's arguments are plain JSON
+    return arguments

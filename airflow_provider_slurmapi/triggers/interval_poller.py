@@ -6,12 +6,16 @@ The loop outlives any failure of one read: the read's exception (whatever it is)
 tick, which the triggers take as a transient outage, and the next interval reads as usual. A loop
 that ended anyway is started again by the next trigger that waits for it, and no trigger waits
 longer than ``interval + TICK_WAIT_GRACE_SECONDS`` for a tick.
+
+A kind of poller may choose when its first read comes (``_first_read_in``; by default
+``GATHER_SECONDS`` after the first trigger) and how a tick reaches its triggers (``_hand_out``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import logging
 from collections.abc import Callable
@@ -31,6 +35,20 @@ GATHER_SECONDS = 0.2
 # (and has a stopped loop started again): enough for a read the client retries through the default
 # retry budget (two minutes), with a per-request timeout to spare.
 TICK_WAIT_GRACE_SECONDS = 300.0
+# Triggers a tick wakes per turn of the event loop. Each does its share of work when woken (about
+# 0.1 ms): a thousand woken at once would hold the loop, and every other trigger of the triggerer
+# (other providers' too) would wait meanwhile; between two turns the loop runs whatever is due.
+WAKE_PER_TURN = 50
+
+
+async def open_client(hook_kwargs: dict[str, Any]) -> AsyncSlurmJobApiClient:
+    """A client for the connection arguments, through the async hook. The hook's module is imported
+    in a thread: the first time, with the Google libraries under it, it takes a third of a second
+    or more, which the event loop would otherwise stand still for."""
+    await asyncio.to_thread(importlib.import_module, "airflow_provider_slurmapi.hooks.slurm_job_api")
+    from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiAsyncHook
+
+    return await SlurmJobApiAsyncHook(**hook_kwargs).get_client()
 
 
 class PollerError(SlurmJobApiError):
@@ -42,7 +60,7 @@ class PollerError(SlurmJobApiError):
 
 class IntervalPoller(Generic[TickT]):
     """Reads once per ``interval`` for all its triggers (``_read``, of each kind of poller) and
-    hands every answer to all of them (``_publish``, ``next_tick``); a failed read is answered by
+    hands every answer to all of them (``_hand_out``, ``next_tick``); a failed read is answered by
     ``_failed`` (an error tick)."""
 
     def __init__(self, key: tuple[Any, ...], hook_kwargs: dict[str, Any], interval: float, first: TickT) -> None:
@@ -51,7 +69,7 @@ class IntervalPoller(Generic[TickT]):
         self.interval = interval
         self.client: AsyncSlurmJobApiClient | None = None
         self._tick = first
-        self._ticked = asyncio.Event()
+        self._waiting: list[asyncio.Event] = []  # one per trigger waiting for the next tick
         self._loop_task: asyncio.Task[None] | None = None
         self._failing = False  # the last read failed: its outage was logged
         self._closed = False
@@ -69,28 +87,48 @@ class IntervalPoller(Generic[TickT]):
 
     async def next_tick(self) -> TickT:
         """The next tick, or an error tick once ``interval + TICK_WAIT_GRACE_SECONDS`` passed without one."""
+        ticked = asyncio.Event()
+        self._waiting.append(ticked)  # woken by the coming tick, even if one is handed out meanwhile
+        failure = await self.wait_for(ticked)
+        if failure is not None:
+            with contextlib.suppress(ValueError):
+                self._waiting.remove(ticked)
+            return self._failed(failure)
+        return self._tick
+
+    async def wait_for(self, ticked: asyncio.Event) -> PollerError | None:
+        """Wait until a tick sets ``ticked``: None then, or the error once ``interval +
+        TICK_WAIT_GRACE_SECONDS`` passed without it (and the loop is started again if it stopped)."""
         self.ensure_polling()
-        ticked = self._ticked  # the event of the coming tick, even if a tick happens meanwhile
         try:
             async with asyncio.timeout(self.interval + TICK_WAIT_GRACE_SECONDS):
                 await ticked.wait()
         except TimeoutError:
             self.ensure_polling()
             waited = self.interval + TICK_WAIT_GRACE_SECONDS
-            return self._failed(PollerError(f"the shared Slurm read gave no answer for {waited:g} s"))
-        return self._tick
-
-    def _publish(self, tick: TickT) -> None:
-        self._tick, ticked, self._ticked = tick, self._ticked, asyncio.Event()
-        ticked.set()
+            return PollerError(f"the shared Slurm read gave no answer for {waited:g} s")
+        return None
 
     async def _poll(self) -> None:
-        await asyncio.sleep(GATHER_SECONDS)
+        await asyncio.sleep(self._first_read_in())
         loop = asyncio.get_running_loop()
         while self._keeps_polling():
             started = loop.time()
-            self._publish(await self._read_or_fail())
+            await self._hand_out(await self._read_or_fail())
             await asyncio.sleep(max(0.0, self.interval - (loop.time() - started)))
+
+    def _first_read_in(self) -> float:
+        """Seconds from the loop's start to its first read: triggers started together join it."""
+        return GATHER_SECONDS
+
+    async def _hand_out(self, tick: TickT) -> None:
+        """Give the tick to the triggers waiting for it (``next_tick``), ``WAKE_PER_TURN`` per turn of the loop."""
+        self._tick, waiting, self._waiting = tick, self._waiting, []
+        for start in range(0, len(waiting), WAKE_PER_TURN):
+            if start:
+                await asyncio.sleep(0)  # the triggers woken run, then whatever else is due
+            for ticked in waiting[start : start + WAKE_PER_TURN]:
+                ticked.set()
 
     async def _read_or_fail(self) -> TickT:
         """The read's tick, or an error tick whatever the read raised (logged once per outage)."""

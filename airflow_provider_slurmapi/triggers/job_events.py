@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow_provider_slurmapi.client.errors import InvalidRequestError
 from airflow_provider_slurmapi.client.job_events import EventCursor, JobEventFilter
-from airflow_provider_slurmapi.get_provider_info import DEFAULT_CONN_ID
+from airflow_provider_slurmapi.operators.base import CONNECTION_ARGUMENTS, connection_kwargs
 from airflow_provider_slurmapi.triggers.cursor_store import CursorStore
 from airflow_provider_slurmapi.triggers.ended_jobs import EndedJobsFeed
 
@@ -34,10 +34,10 @@ except ImportError as error:  # Airflow 2: no asset watchers
 # until a later one (apache/airflow#56050). The events of one read take at most one interval (then
 # closer together, Airflow may batch them), and the last is always followed by the full pause.
 EVENT_SPACING_SECONDS = 3.0
-# A watcher whose cursor moved without reporting anything saves it at most this often: a restart
-# re-reads at most these seconds more, and idle watchers do not write at every interval.
-IDLE_SAVE_SECONDS = 600
 MIN_POLL_INTERVAL = 5.0
+# The connection arguments that name a watcher's cursor (the cluster, and whose view of it); the
+# others (API version, retries) leave it. Changing this renames every watcher's cursor.
+CURSOR_CONNECTION = ("slurm_conn_id", "project_id", "region", "cluster_id", "impersonation_chain")
 
 
 def _epoch(since: datetime | str | float | None) -> int | None:
@@ -93,11 +93,10 @@ class SlurmJobEventTrigger(BaseEventTrigger):
     :param since: report jobs that ended from this time on (a datetime, ISO 8601 text or epoch
         seconds) instead of from the watcher's first start.
     :param poll_interval: seconds between two reads of accounting (at least 5).
-    :param slurm_conn_id: connection of type ``slurm_job_api``.
-    :param project_id: overrides the connection's project.
-    :param region: overrides the connection's region.
-    :param cluster_id: overrides the connection's cluster.
-    :param impersonation_chain: service account(s) to impersonate.
+    :param connection: the connection and cluster arguments of the operators
+        (:class:`~airflow_provider_slurmapi.operators.base.SlurmBaseOperator`): ``slurm_conn_id``,
+        ``project_id``, ``region``, ``cluster_id``, ``api_version``, ``impersonation_chain``,
+        ``retry_attempts``, ``retry_max_seconds``.
     """
 
     def __init__(
@@ -111,13 +110,12 @@ class SlurmJobEventTrigger(BaseEventTrigger):
         states: str | Sequence[str] | None = None,
         since: datetime | str | float | None = None,
         poll_interval: float = 60.0,
-        slurm_conn_id: str = DEFAULT_CONN_ID,
-        project_id: str | None = None,
-        region: str | None = None,
-        cluster_id: str | None = None,
-        impersonation_chain: str | Sequence[str] | None = None,
+        **connection: Any,
     ) -> None:
         super().__init__()
+        unknown = sorted(set(connection) - set(CONNECTION_ARGUMENTS))
+        if unknown:
+            raise TypeError(f"SlurmJobEventTrigger got an unexpected keyword argument {unknown[0]!r}")
         self.filter = JobEventFilter.of(
             job_name=job_name,
             user=user,
@@ -132,16 +130,12 @@ class SlurmJobEventTrigger(BaseEventTrigger):
         if poll_interval < MIN_POLL_INTERVAL:
             raise InvalidRequestError("poll_interval", f"{poll_interval} s is less than {MIN_POLL_INTERVAL:g} s")
         self.poll_interval = float(poll_interval)
-        if not isinstance(slurm_conn_id, str) or not slurm_conn_id:
-            raise InvalidRequestError("slurm_conn_id", f"{slurm_conn_id!r} is not a connection ID")
-        chain = [impersonation_chain] if isinstance(impersonation_chain, str) else impersonation_chain
-        self.hook_kwargs: dict[str, Any] = {
-            "slurm_conn_id": slurm_conn_id,
-            "project_id": project_id,
-            "region": region,
-            "cluster_id": cluster_id,
-            "impersonation_chain": list(chain) if chain else None,
-        }
+        self.hook_kwargs = connection_kwargs(connection)
+        conn_id = self.hook_kwargs["slurm_conn_id"]
+        if not isinstance(conn_id, str) or not conn_id:
+            raise InvalidRequestError("slurm_conn_id", f"{conn_id!r} is not a connection ID")
+        chain = self.hook_kwargs["impersonation_chain"]  # one form, a list or None: equal watchers serialise alike
+        self.hook_kwargs["impersonation_chain"] = ([chain] if isinstance(chain, str) else chain) or None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         # Deterministic: Airflow tells watcher triggers apart by these kwargs.
@@ -153,7 +147,8 @@ class SlurmJobEventTrigger(BaseEventTrigger):
     @property
     def cursor_key(self) -> str:
         """The cursor's name: the same cluster, filter and ``since`` keep it, whatever the interval."""
-        identity = {"filter": self.filter.to_dict(), "since": self.since, "connection": self.hook_kwargs}
+        connection = {name: self.hook_kwargs[name] for name in CURSOR_CONNECTION}
+        identity = {"filter": self.filter.to_dict(), "since": self.since, "connection": connection}
         digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
         return f"slurm_job_events.{digest}"
 
@@ -168,19 +163,21 @@ class SlurmJobEventTrigger(BaseEventTrigger):
             self.log.info(
                 "Resuming after Slurm jobs that ended by %s; cursor in %s", _utc(cursor.high_water), store.where
             )
-        saved, failing = cursor, False
-        async with EndedJobsFeed(self.hook_kwargs, self.poll_interval) as feed:
+        failing = False
+        async with EndedJobsFeed(self.hook_kwargs, self.poll_interval, self.filter, cursor) as feed:
             while True:
-                tick = await feed.next(cursor.read_from)
-                if tick.error is not None:
+                share = await feed.next()
+                if share.error is not None:
                     if not failing:  # once per outage, not at every interval
-                        self.log.warning("Cannot read the Slurm jobs that ended; trying every interval: %s", tick.error)
+                        self.log.warning(
+                            "Cannot read the Slurm jobs that ended; trying every interval: %s", share.error
+                        )
                     failing = True
                     continue
                 if failing:
                     self.log.info("Reading the Slurm jobs that ended again")
                 failing = False
-                after, ended = cursor.take(tick.jobs, self.filter, tick.window_end)
+                ended = share.ended
                 pause = min(EVENT_SPACING_SECONDS, self.poll_interval / max(1, len(ended)))
                 for n, job in enumerate(ended, start=1):
                     # any cluster user chooses a job's name: arguments, never the format; escaped, cut at 200
@@ -192,10 +189,11 @@ class SlurmJobEventTrigger(BaseEventTrigger):
                         await asyncio.sleep(pause)
                         if pause == EVENT_SPACING_SECONDS:  # Airflow has written the events so far
                             await store.save(cursor.with_reported(ended[:n]))
-                if ended or after.high_water >= saved.high_water + IDLE_SAVE_SECONDS:
-                    await store.save(after)
-                    saved = after
-                cursor = after
+                if ended:
+                    await store.save(share.cursor)
+                else:
+                    await store.save_idle(share.cursor)
+                cursor = share.cursor
 
 
 def _utc(epoch: int) -> str:

@@ -160,9 +160,9 @@ class SharedPoller(IntervalPoller[Tick]):
     def _failed(self, error: SlurmJobApiError) -> Tick:
         return Tick(error=error)
 
-    def _publish(self, tick: Tick) -> None:
+    async def _hand_out(self, tick: Tick) -> None:
         self._full_reads_left = FULL_READS_PER_TICK
-        super()._publish(tick)
+        await super()._hand_out(tick)
 
     async def _read_tick(self) -> Tick:
         """The next answer to the triggers, and whether the one after is read from the queue."""

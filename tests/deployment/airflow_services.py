@@ -26,6 +26,8 @@ import requests
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 USER = "admin"
+# What the triggerer logs when its event loop was late past [triggerer] blocked_main_thread_warning_threshold
+BLOCKED_LOOP_WARNING = "Triggerer's async thread was blocked"
 T = TypeVar("T")
 
 
@@ -192,6 +194,14 @@ class Airflow:
         for process in self.processes.values():
             stop_process_group(process)
 
+    def print_blocked_loop_warnings(self) -> None:
+        """How many times each triggerer said its event loop was blocked (a figure, not a check:
+        on a shared 2-core machine a stall may be the machine's)."""
+        for name in self.processes:
+            if name.startswith("triggerer") and self.log_file(name).exists():
+                count = self.log_file(name).read_text(errors="replace").count(BLOCKED_LOOP_WARNING)
+                print(f'\n== {name}: {count} "{BLOCKED_LOOP_WARNING}" lines in its log')
+
     def tails(self, lines: int = 40) -> str:
         """The end of each component's output, for failure messages."""
         parts = []
@@ -295,3 +305,4 @@ def running(
         yield airflow
     finally:
         airflow.stop()
+        airflow.print_blocked_loop_warnings()

@@ -87,3 +87,10 @@ def wait_for_jobs(api: RestApi, dag_id: str, task_id: str, wanted: set[str], tim
                 f"asset events: {[(e['asset_id'], e['extra']['payload']['job']['job_id']) for e in events]}"
             )
         time.sleep(1)
+
+
+def reads_per_interval(times: list[float], interval: float) -> float:
+    """Reads per interval from the first read to the last (0 with fewer than two)."""
+    if len(times) < 2:
+        return 0.0
+    return (len(times) - 1) / ((times[-1] - times[0]) / interval)

@@ -1,7 +1,7 @@
 """Jobs submitted outside Airflow start the DAGs whose asset watchers match them, one run each,
 across a triggerer restart, in a real Airflow 3 deployment (api-server, scheduler, dag-processor
-and triggerer as separate processes). The watchers' cursor lives in the asset state store on
-Airflow 3.3 and in an Airflow Variable on 3.1 and 3.2.
+and triggerer as separate processes, on PostgreSQL). The watchers' cursor lives in the asset state
+store on Airflow 3.3 and in an Airflow Variable on 3.1 and 3.2.
 """
 
 from __future__ import annotations
@@ -16,8 +16,23 @@ import pytest
 
 from airflow_provider_slurmapi.emulator import Emulator
 from tests.conftest import connection_json
-from tests.deployment.airflow_services import Airflow, require_airflow_3, running, stop_process_group, wait_for
-from tests.deployment.job_events import OutsideJob, job_ids, reported_jobs, submit_outside_airflow, wait_for_jobs
+from tests.deployment.airflow_services import (
+    BLOCKED_LOOP_WARNING,
+    Airflow,
+    require_airflow_3,
+    running,
+    stop_process_group,
+    wait_for,
+)
+from tests.deployment.job_events import (
+    OutsideJob,
+    job_ids,
+    reads_per_interval,
+    reported_jobs,
+    submit_outside_airflow,
+    wait_for_jobs,
+)
+from tests.deployment.postgres import Postgres
 
 pytestmark = pytest.mark.deployment
 
@@ -30,12 +45,16 @@ def _requirements() -> None:
 
 
 @pytest.fixture(scope="module")
-def airflow(emulator: Emulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
+def airflow(postgres: Postgres, emulator: Emulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
     home = tmp_path_factory.mktemp("airflow-job-events")
     (home / "dags").mkdir()
     shutil.copy(DAG_FILE, home / "dags")
     components = ["api-server", "scheduler", "dag-processor", "triggerer"]
-    with running(home, components, AIRFLOW_CONN_SLURM_JOB_API_DEFAULT=connection_json(emulator)) as deployment:
+    settings = {
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres.url,
+        "AIRFLOW_CONN_SLURM_JOB_API_DEFAULT": connection_json(emulator),
+    }
+    with running(home, components, **settings) as deployment:
         yield deployment
 
 
@@ -102,7 +121,7 @@ def test_jobs_ended_outside_airflow_start_one_run_each_once_across_a_triggerer_r
         }
         time.sleep(2 * EVENT_INTERVAL)  # nothing more comes
         runs = {dag: reported_jobs(api, dag, EVENT_TASKS[dag]) for dag in (VISION, FAILED)}
-        reads = emulator.requests.calls("GET", ENDED_JOBS_READ, since=watching_since)
+        reads = [call.at for call in emulator.requests.calls("GET", ENDED_JOBS_READ, since=watching_since)]
         per_interval = len(reads) / ((time.time() - watching_since) / EVENT_INTERVAL)
         print(f"\n== before the restart: {len(submitted)} jobs submitted outside Airflow")
         for job_id, job in submitted.items():
@@ -124,9 +143,13 @@ def test_jobs_ended_outside_airflow_start_one_run_each_once_across_a_triggerer_r
 
         stop_process_group(airflow.processes["triggerer"])
         stopped = time.time()
+        # (the restarted triggerer's count is printed when the deployment stops: its log replaces this one)
+        blocked = airflow.log_file("triggerer").read_text(errors="replace").count(BLOCKED_LOOP_WARNING)
+        print(f'== the triggerer logged {blocked} "{BLOCKED_LOOP_WARNING}" lines before its restart')
         during = _submit(emulator, DURING_RESTART)
         time.sleep(8)  # they end while no triggerer runs
         airflow.start("triggerer")
+        restarted = time.time()
         wait_for(lambda: _triggerer_says(airflow, "Resuming after Slurm jobs that ended by", 2), 120, "the resume")
         all_jobs = {**submitted, **during, **_submit(emulator, AFTER_RESTART)}
         after = {
@@ -139,5 +162,9 @@ def test_jobs_ended_outside_airflow_start_one_run_each_once_across_a_triggerer_r
         for dag, dag_runs in after.items():
             new = {run: jobs for run, jobs in dag_runs.items() if run not in runs[dag]}
             print(f"   {dag}: {len(new)} new DAG runs after the restart: {json.dumps(new)}")
+        reads = [call.at for call in emulator.requests.calls("GET", ENDED_JOBS_READ, since=restarted)]
+        print(f"   {len(reads)} accounting reads for both watchers after the restart, "
+              f"{reads_per_interval(reads, EVENT_INTERVAL):.2f} per {EVENT_INTERVAL} s interval; "
+              f"gaps (s): {[round(b - a, 1) for a, b in zip(reads, reads[1:], strict=False)]}")  # fmt: skip
         for dag in (VISION, FAILED):
             assert job_ids(after[dag]) == sorted(_expected(all_jobs, dag), key=int), (dag, after[dag])

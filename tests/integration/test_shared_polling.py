@@ -26,13 +26,13 @@ BULK_READ = r"^/slurm/v0\.0\.42/jobs/(state/)?$"
 
 def tick_counter(poller: polling.SharedPoller) -> list[int]:
     """``[n]``: the ticks the poller gives its triggers from now on."""
-    count, publish = [0], poller._publish
+    count, hand_out = [0], poller._hand_out
 
-    def counting(tick: polling.Tick) -> None:
+    async def counting(tick: polling.Tick) -> None:
         count[0] += 1
-        publish(tick)
+        await hand_out(tick)
 
-    poller._publish = counting  # type: ignore[method-assign]
+    poller._hand_out = counting  # type: ignore[method-assign]
     return count
 
 

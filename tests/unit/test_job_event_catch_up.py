@@ -116,11 +116,12 @@ async def test_after_a_long_outage_the_feed_catches_up_window_by_window_each_job
     for name, (_, expected) in watchers.items():
         assert received[name] == [j.status.job_id for j in expected], name
     # the reads of the outage ask for at most CATCH_UP_WINDOW_SECONDS of end times each, each from
-    # just before where the one before ended; then the reads are left open (their end in the future).
-    # (A window is read again when a watcher was still reporting the last one's jobs.)
-    windows = list(dict.fromkeys(accounting.windows))
+    # just before where the one before ended, each once (also while watchers still report the last
+    # one's jobs); then the reads are left open (their end in the future).
+    windows = accounting.windows
     closed = [(start, end) for start, end in windows if end <= NOW]
     assert closed, windows[:3]
+    assert len(set(closed)) == len(closed), closed
     assert windows[: len(closed)] == closed
     assert all(end - start == ended_jobs.CATCH_UP_WINDOW_SECONDS for start, end in closed)
     assert closed[0][0] == down - SETTLE_SECONDS

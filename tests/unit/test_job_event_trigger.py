@@ -87,7 +87,8 @@ class _OneRead:
     def __init__(self, jobs) -> None:
         self.jobs = jobs
 
-    def __call__(self, hook_kwargs, interval) -> _OneRead:
+    def __call__(self, hook_kwargs, interval, matches, cursor) -> _OneRead:
+        self.matches, self.cursor = matches, cursor
         return self
 
     async def __aenter__(self) -> _OneRead:
@@ -96,15 +97,16 @@ class _OneRead:
     async def __aexit__(self, *exc_info) -> None:
         return None
 
-    async def next(self, read_from: int):
+    async def next(self):
         import asyncio
 
-        from airflow_provider_slurmapi.triggers.ended_jobs import EndedJobsTick
+        from airflow_provider_slurmapi.triggers.ended_jobs import Share
 
         if self.jobs is None:
             await asyncio.Event().wait()
         jobs, self.jobs = self.jobs, None
-        return EndedJobsTick(read_from, tuple(jobs))
+        self.cursor, ended = self.cursor.take(jobs, self.matches)
+        return Share(self.cursor, tuple(ended))
 
 
 class _Store:
@@ -153,3 +155,23 @@ async def test_events_come_3_s_apart_and_a_burst_within_an_interval(
     # saved at the start, after each event followed by the full pause, and once at the end
     assert len(store.saved) == 1 + (count - 1 if pauses[0] == 3.0 else 0) + 1
     assert sorted(store.saved[-1]["reported"]) == sorted(f"{n}@{now + n}" for n in range(count))
+
+
+@airflow_3
+def test_the_trigger_takes_the_operators_connection_arguments_and_keeps_its_cursor_names() -> None:
+    from airflow_provider_slurmapi.operators.base import CONNECTION_ARGUMENTS
+
+    given = {"cluster_id": "c", "api_version": "v0.0.41", "retry_attempts": 3, "retry_max_seconds": 30.0}
+    trigger = _trigger(job_name="train-*", **given)
+    assert list(trigger.hook_kwargs) == list(CONNECTION_ARGUMENTS)  # one declaration, the operators'
+    assert {name: trigger.hook_kwargs[name] for name in given} == given
+    assert _trigger(**trigger.serialize()[1]).serialize() == trigger.serialize()
+    with pytest.raises(TypeError, match="'slurm_connid'"):
+        _trigger(slurm_connid="typo")
+    # the API version and retries do not rename a cursor; the names are those cursors always had
+    assert trigger.cursor_key == _trigger(job_name="train-*", cluster_id="c").cursor_key
+    assert _trigger(job_name="train-*").cursor_key == "slurm_job_events.28465c78c2a1fd65"
+    chain = "sa@p.iam.gserviceaccount.com"
+    assert _trigger(job_name="train-*", impersonation_chain=chain, cluster_id="c").cursor_key == (
+        "slurm_job_events.5944bd1b01cc6e4c"
+    )

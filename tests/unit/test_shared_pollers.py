@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_slurmapi.client.errors import UnexpectedReplyError
+from airflow_provider_slurmapi.client.job_events import EventCursor, JobEventFilter
 from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.triggers import interval_poller
 from airflow_provider_slurmapi.triggers.ended_jobs import EndedJobsFeed
@@ -130,22 +131,22 @@ async def test_no_wait_for_a_tick_lasts_longer_than_the_interval_and_the_grace(
 
 
 async def test_the_job_event_feed_outlives_a_surprise() -> None:
-    async with EndedJobsFeed({"slurm_conn_id": "unit"}, INTERVAL) as feed:
+    async with EndedJobsFeed({"slurm_conn_id": "unit"}, INTERVAL, JobEventFilter.of(), EventCursor.starting(0)) as feed:
         feed.poller.client = ScriptedClient(KeyError("state"), [])  # type: ignore[assignment]
-        failed = await asyncio.wait_for(feed.next(0), HANG)
-        after = await asyncio.wait_for(feed.next(0), HANG)
+        failed = await asyncio.wait_for(feed.next(), HANG)
+        after = await asyncio.wait_for(feed.next(), HANG)
     assert failed.error is not None and failed.error.retryable and "KeyError" in str(failed.error)
-    assert after.error is None and after.jobs == ()
+    assert after.error is None and after.ended == ()
 
 
 async def test_the_job_event_feed_starts_a_stopped_loop_again() -> None:
-    async with EndedJobsFeed({"slurm_conn_id": "unit"}, INTERVAL) as feed:
+    async with EndedJobsFeed({"slurm_conn_id": "unit"}, INTERVAL, JobEventFilter.of(), EventCursor.starting(0)) as feed:
         feed.poller.client = ScriptedClient([])  # type: ignore[assignment]
-        await asyncio.wait_for(feed.next(0), HANG)
+        await asyncio.wait_for(feed.next(), HANG)
         task = feed.poller._loop_task
         assert task is not None
         task.cancel()  # the loop ended although a watcher still reads
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        after = await asyncio.wait_for(feed.next(0), HANG)
-    assert after.error is None and after.jobs == ()
+        after = await asyncio.wait_for(feed.next(), HANG)
+    assert after.error is None and after.ended == ()
