@@ -18,15 +18,17 @@ ENV_AIRFLOW_3_2=(".venv-airflow3.2" "python3" "apache-airflow==3.2.2" "fastapi<0
 ENV_LOWEST=(".venv-lowest" "python3" "apache-airflow==3.1.1" "structlog<25.5 fastapi<0.118 cadwyn<6 starlette<0.49 svcs<26.2 sqlalchemy<2.1")
 # What Cloud Composer's composer-3-airflow-3.1.8 image holds before a user adds our package.
 COMPOSER_IMAGE="apache-airflow==3.1.8 apache-airflow-providers-google==22.2.2 apache-airflow-providers-common-compat==1.13.0"
-# The newest Python we claim, with the newest Airflow: python3.13 on the PATH, or one pyenv installed.
-find_python_3_13() {
-    local candidate
-    for candidate in python3.13 "$(pyenv root 2>/dev/null)"/versions/3.13*/bin/python3.13; do
-        if "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))' 2>/dev/null; then
+# The other Pythons we claim (requires-python), with the newest Airflow: pythonX.Y on the PATH, or
+# one pyenv installed (a pyenv shim of a version that is not selected fails, and is passed over).
+find_python() {
+    local version=$1 candidate
+    for candidate in "python$version" "$(pyenv root 2>/dev/null)"/versions/"$version".*/bin/"python$version"; do
+        if "$candidate" -c "import sys; sys.exit(sys.version_info[:2] != tuple(map(int, '$version'.split('.'))))" 2>/dev/null; then
             echo "$candidate"
             return
         fi
     done
-    echo python3.13  # not found: the run says so
+    echo "python$version"  # not found: the run says so
 }
-ENV_PYTHON_3_13=(".venv-py3.13" "$(find_python_3_13)" "apache-airflow==3.3.*" "")
+ENV_PYTHON_3_13=(".venv-py3.13" "$(find_python 3.13)" "apache-airflow==3.3.*" "")
+ENV_PYTHON_3_12=(".venv-py3.12" "$(find_python 3.12)" "apache-airflow==3.3.*" "")

@@ -106,6 +106,30 @@ def test_wheel_contents_entry_points_and_version(dist: Path) -> None:
     assert entry_points["console_scripts"]["slurm-job-api-emulator"] == f"{PACKAGE}.emulator.cli:main"
 
 
+def test_each_python_requires_python_admits_is_classified_and_has_its_run(dist: Path) -> None:
+    """The Pythons claimed: Requires-Python and the classifiers name the same ones, and each has a
+    run in scripts/test.sh (3.11, the oldest, as the main one; the others as ENV_PYTHON_3_X)."""
+    from packaging.specifiers import SpecifierSet
+
+    with zipfile.ZipFile(the_one(dist, "*.whl")) as zf:
+        lines = zf.read(f"airflow_provider_slurmapi-{VERSION}.dist-info/METADATA").decode().splitlines()
+    (requires,) = [line.removeprefix("Requires-Python: ") for line in lines if line.startswith("Requires-Python: ")]
+    admitted = {f"3.{minor}" for minor in range(30) if f"3.{minor}" in SpecifierSet(requires)}
+    classified = {
+        line.rsplit(" :: ", 1)[1]
+        for line in lines
+        if line.startswith("Classifier: Programming Language :: Python :: 3.")
+    }
+    assert classified == admitted, (requires, sorted(classified))
+    environments = (ROOT / "scripts" / "environments.sh").read_text()
+    runs = (ROOT / "scripts" / "test.sh").read_text()
+    oldest, *others = sorted(admitted, key=lambda version: int(version.split(".")[1]))
+    assert oldest == "3.11", admitted  # CI's python3, that of the main run
+    for version in others:
+        env = f"ENV_PYTHON_{version.replace('.', '_')}"
+        assert f"{env}=(" in environments and f"run_python {env} " in runs, version
+
+
 @pytest.fixture(scope="module")
 def venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A new venv with the wheel and the running Airflow version; dependencies pinned to the
