@@ -245,8 +245,11 @@ class Scheduler:
         while True:
             self._schedule_once()
             # wake on submit/finish, and at least every 0.2 s for begin_time
+            # (asyncio.timeout, not asyncio.wait_for: on Python 3.11, wait_for returns a wait that
+            # ended in the same loop turn as a cancel and swallows the cancel, so close() never ended)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=0.2)
+                async with asyncio.timeout(0.2):
+                    await self._wake.wait()
             self._wake.clear()
 
     def _schedule_once(self) -> None:
