@@ -36,6 +36,7 @@ from airflow_provider_slurmapi.client.job_events import EndedJob, EventCursor, J
 from airflow_provider_slurmapi.triggers.interval_poller import (
     GATHER_SECONDS,
     IntervalPoller,
+    PollerError,
     PollerRegistry,
     open_client,
 )
@@ -156,7 +157,11 @@ class EndedJobsPoller(IntervalPoller[EndedJobsTick]):
         loop = asyncio.get_running_loop()
         slice_ends = loop.time() + HAND_OUT_SLICE_SECONDS
         for watch in list(self.watches):
-            watch.hand(tick)
+            try:
+                watch.hand(tick)
+            except Exception as error:  # one watcher's share that cannot be made stops no other's
+                log.warning("Cannot filter the Slurm jobs that ended for a watcher", exc_info=True)
+                watch.hand(EndedJobsTick(tick.window_start, error=PollerError(f"{type(error).__name__}: {error}")))
             if loop.time() >= slice_ends:
                 await asyncio.sleep(HAND_OUT_PAUSE_SECONDS)
                 slice_ends = loop.time() + HAND_OUT_SLICE_SECONDS

@@ -102,3 +102,19 @@ def test_a_groups_reads_come_at_moments_of_its_own_one_interval_apart() -> None:
     assert len(moments) == 1
     others = {round((NOW + next_read_in(f'{{"slurm_conn_id": "{n}"}}/60.0', interval, NOW)) % interval) for n in "bcd"}
     assert len(others | moments) > 1  # groups spread over the interval
+
+
+async def test_a_watcher_whose_share_cannot_be_made_gets_an_error_and_the_others_their_jobs() -> None:
+    class Broken(ended_jobs._Watch):
+        def hand(self, tick: EndedJobsTick) -> None:
+            if tick.error is None:
+                raise ValueError("a filter that cannot read this job")
+            super().hand(tick)
+
+    poller = EndedJobsPoller(("unit",), {}, 60.0)
+    broken = Broken(JobEventFilter.of(job_name="job-1"), EventCursor.starting(NOW))
+    fine = ended_jobs._Watch(JobEventFilter.of(job_name="job-1"), EventCursor.starting(NOW))
+    poller.watches = [broken, fine]
+    await poller._hand_out(EndedJobsTick(NOW - 60, (ended(1, NOW + 1),)))
+    assert broken.take().error is not None
+    assert [job.status.job_id for job in fine.take().ended] == ["1"]
