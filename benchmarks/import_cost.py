@@ -46,6 +46,13 @@ def cases() -> list[Case]:
             (SDK,),
             "from airflow.sdk import task\ntask.slurm, task.slurm_python\n",
         ),
+        # every component loads the plugins (the dag-processor to parse): ours must add nothing to that
+        Case("`import airflow.plugins_manager` (what loads plugins)", (SDK, "airflow.plugins_manager")),
+        Case(
+            "+ the Slurm job tab's plugin",
+            (SDK, "airflow.plugins_manager", "airflow_provider_slurmapi.ui.plugin"),
+            "airflow_provider_slurmapi.ui.plugin.SlurmJobTabPlugin.external_views\n",
+        ),
         Case("+ Google `GoogleBaseHook`", (SDK, "airflow.providers.google.common.hooks.base_google")),
         Case("+ Google Dataproc operators", (SDK, "airflow.providers.google.cloud.operators.dataproc")),
         Case(
@@ -145,6 +152,12 @@ def summary(all_cases: list[Case]) -> str:
             f"{what} over `import {SDK}`: {time_pct:+.1f}% import time, {rss_pct:+.1f}% peak RSS "
             f"(goal: within {GOAL_PERCENT:.0f}%, {verdict})."
         )
+    loader, plugin = all_cases[4], all_cases[5]
+    added = median(plugin.import_s) - median(loader.import_s)
+    rss = (median(plugin.rss_kib) - median(loader.rss_kib)) / 1024
+    lines.append(
+        f"The Slurm job tab's plugin over what loads plugins: {added * 1000:+.1f} ms, {rss:+.1f} MiB peak RSS."
+    )
     return "\n".join(lines)
 
 

@@ -2,7 +2,7 @@
 # Runs the whole test suite on Airflow 3.3 (.venv) and, at the same time, the suites that depend on
 # the Airflow version in every other environment of scripts/environments.sh: Airflow 2.11, 3.1 and
 # 3.2 (unit, integration, system; on 2.11 the deployment test of its kill path, on 3.2 and 3.1 the
-# connection form from the api-server, on 3.1 the triggerer and job-event watcher deployments),
+# connection form and the Slurm job tab from the api-server, on 3.1 the triggerer and job-event watcher deployments),
 # every dependency at its floor (unit, system), Python 3.12 and 3.13 (unit), and a Cloud
 # Composer-like image taking the built wheel with plain pip (the example DAG). Three pytest runs go
 # at once (see below). Each environment is installed with uv, once.
@@ -85,7 +85,8 @@ airflow2_suites=(tests/unit --ignore=tests/unit/emulator tests/integration tests
 # stalled and shut-down triggerer deployments run on 3.3)
 failover=tests/deployment/test_triggerer_failover.py
 airflow3_suites=(tests/unit "${no_airflow_units[@]}" tests/integration tests/system
-    "$failover::test_the_connection_forms_fields_come_from_the_api_server")
+    "$failover::test_the_connection_forms_fields_come_from_the_api_server"
+    tests/deployment/test_slurm_job_tab.py::test_the_tab_follows_the_api_servers_authorisation)
 # the deployments of the triggerer, the scheduler and the job-event watchers: at both ends of 3.x
 # (3.3 runs them all), on the oldest 3.x here
 airflow3_deployments=(tests/deployment/test_job_events.py

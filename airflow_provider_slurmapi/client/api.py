@@ -73,6 +73,7 @@ class SlurmJobApiOperations:
     get_job = ApiOperation(operations.get_job)
     find_job = ApiOperation(operations.find_job)
     job_records = ApiOperation(operations.job_records)
+    job_history = ApiOperation(operations.job_history)
     describe_requeue = ApiOperation(operations.describe_requeue)
     job_states = ApiOperation(operations.job_states)
     list_jobs = ApiOperation(operations.list_jobs)

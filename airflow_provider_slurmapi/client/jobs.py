@@ -9,6 +9,7 @@ beside it.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -106,6 +107,8 @@ class JobStatus:
     restarts: int = 0  # Slurm's restart_cnt: how often the job was requeued (the bulk state list has none)
     held: bool = False  # pending until someone releases it
     submit_time: int | None = None  # epoch seconds (the bulk state list has none)
+    # epoch seconds: when Slurm expects a pending job to start, if it computed it (live queue only)
+    expected_start: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -118,6 +121,7 @@ class JobStatus:
             reason=job.get("state_reason"),
             comment=job.get("comment"),
             submit_time=number(job.get("submit_time")),
+            start_time=number(job.get("start_time")),
             source=RecordSource.LIVE,
             extra={"state_description": job.get("state_description") or ""},
         )
@@ -144,13 +148,25 @@ class JobStatus:
 
     @classmethod
     def _from_reply(
-        cls, job: dict[str, Any], *, job_id: str, states: list[str], reason: Any, comment: Any, **more: Any
+        cls,
+        job: dict[str, Any],
+        *,
+        job_id: str,
+        states: list[str],
+        reason: Any,
+        comment: Any,
+        start_time: int | None = None,
+        **more: Any,
     ) -> JobStatus:
-        """What /slurm and /slurmdb name alike; the callers read what they name differently."""
+        """What /slurm and /slurmdb name alike; the callers read what they name differently.
+        ``start_time``: a live record's, whose meaning for a pending job accounting does not share."""
         reason = reason if reason and reason != "None" else None
         state = states[0] if states else NO_STATE
         # REQUEUE_HOLD is a state flag of older Slurm; 24.11 shows a requeuehold as JobHeldUser
         held = state == "PENDING" and (reason in HELD_REASONS or "REQUEUE_HOLD" in states)
+        # A pending job's start_time is the scheduler's estimate (0: none yet), but a held job keeps
+        # a stale one and a requeued job still COMPLETING shows its last run's start.
+        waits_to_start = state == "PENDING" and not held and "COMPLETING" not in states
         return cls(
             job_id=job_id,
             state=state,
@@ -162,6 +178,7 @@ class JobStatus:
             comment=str(comment or ""),
             restarts=number(job.get("restart_cnt")) or 0,
             held=held,
+            expected_start=start_time if waits_to_start and start_time else None,
             **more,
         )
 
@@ -199,12 +216,14 @@ class JobStatus:
         return self.exit_code
 
     def describe(self) -> str:
-        """One line for logs and task failures: state, reason, exit code, derived exit code."""
+        """One line for logs and task failures: state, reason, expected start, exit code, derived exit code."""
         parts = [f"Slurm job {self.job_id} is {self.state}"]
         if self.flags:
             parts[0] += f" ({', '.join(self.flags)})"
         if self.reason:
             parts.append(f"reason: {self.reason}")
+        if self.expected_start is not None:
+            parts.append(f"expected start {datetime.fromtimestamp(self.expected_start, UTC):%Y-%m-%d %H:%M} UTC")
         if self.held:
             parts.append(f"held: it will not start until released (scontrol release {self.job_id})")
         if self.restarts:

@@ -256,6 +256,33 @@ def job_records(api: ApiSettings, job_id: object) -> Operation[JobRecords]:
     return JobRecords(RecordSource.LIVE, [])
 
 
+class JobHistory(NamedTuple):
+    """All Slurm keeps of a job: the live queue's records (none once the job left it) and every one
+    of accounting's (one per run of a requeued job, oldest first); why accounting could not be read."""
+
+    live: list[dict[str, Any]]
+    accounting: list[dict[str, Any]]
+    accounting_problem: str | None = None
+
+
+def job_history(api: ApiSettings, job_id: object) -> Operation[JobHistory]:
+    """The job's live records and all its runs in accounting: two reads, whatever its state.
+    ``JobNotFoundError`` when neither knows it."""
+    job_id = validate_job_id(job_id)
+    reply = yield from request(SlurmCall("GET", api.paths.job(job_id), accept_status=(404,)))
+    live = [] if reply.status == 404 else list(_records(reply))
+    try:
+        reply = yield from request(SlurmCall("GET", api.paths.accounting_job(job_id)))
+    except SlurmJobApiError as error:  # accounting lags, or the cluster has none: the live record still tells
+        if not live:
+            raise
+        return JobHistory(live, [], str(error))
+    accounting = list(_records(reply))
+    if not live and not accounting:
+        raise JobNotFoundError(job_id)
+    return JobHistory(live, accounting)
+
+
 def _read_records(api: ApiSettings, job_id: JobId, source: RecordSource) -> Operation[list[dict[str, Any]]]:
     """The job's records in one place: a job the live queue no longer knows has none there."""
     if source is RecordSource.ACCOUNTING:

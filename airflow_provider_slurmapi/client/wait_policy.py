@@ -3,7 +3,8 @@
 It decides what each read means: keep waiting, finished, lost (missing from both the live queue
 and accounting for ``lost_grace`` s, since accounting can lag), or a state this provider does not
 know that lasted as long; when the deadline is reached; and what is worth telling the user: a
-requeue (once each), a hold (when first seen, then every ``HELD_REPORT_SECONDS``).
+change of state, reason or expected start (one line each), a requeue (once each), a hold (when
+first seen, then every ``HELD_REPORT_SECONDS``).
 
 A requeued job is never finished: Slurm puts it back to PENDING (at most briefly with COMPLETING)
 with a higher ``restart_cnt``, and runs it again from the start. It does no I/O and reads no clock:
@@ -22,6 +23,9 @@ from airflow_provider_slurmapi.client.jobs import JobStatus, RecordSource
 
 LOST_JOB_GRACE = 300.0  # seconds a job may be missing from both queue and accounting (accounting lags)
 HELD_REPORT_SECONDS = 600.0  # a held job is reported when first seen, then at most this often
+# Slurm's scheduler computes a pending job's expected start again at each pass: only a move of at
+# least this much from the one last told is worth a line.
+EXPECTED_START_MOVE_SECONDS = 60
 
 
 @dataclass(frozen=True)
@@ -30,7 +34,7 @@ class Verdict:
 
     status: JobStatus | None
     finished: bool = False
-    changed: bool = False  # the state or reason differs from the last read's: worth a log line
+    changed: bool = False  # state, reason or expected start differs from the last line's: worth a log line
     requeued: bool = False  # Slurm requeued the job since the last read that said so
     report_held: bool = False  # the job is held, and the user has not been told for a while
 
@@ -52,7 +56,11 @@ class JobWaitPolicy:
     astray_since: float | None = None
     restarts: int = 0  # requeues already reported
     held_reported_at: float | None = None  # epoch time the hold was last reported
-    _last: tuple[str, str | None] | None = None
+    told: tuple[str, str | None, int | None] | None = None  # the state, reason and expected start last logged
+
+    def __post_init__(self) -> None:
+        if isinstance(self.told, list):  # carried over as JSON (a sensor's task state store)
+            self.told = (self.told[0], self.told[1], self.told[2])
 
     def judge(self, status: JobStatus | None, now: float) -> Verdict:
         """The verdict on a read (``None``: found nowhere). Raises ``JobLostError`` or
@@ -65,10 +73,7 @@ class JobWaitPolicy:
             self.astray_since = None
         elif self._astray_too_long(now):
             raise UnknownJobStateError(status.job_id, status.state, self.lost_grace)
-        # the bulk state list carries no reason: the last one read stays true until a full read
-        reason = self._last[1] if status.source == RecordSource.STATE_LIST and self._last else status.reason
-        changed = (status.state, reason) != self._last
-        self._last = (status.state, reason)
+        changed = self._changed(status)
         requeued = status.restarts > self.restarts
         self.restarts = max(self.restarts, status.restarts)
         report_held = status.held and (
@@ -81,8 +86,13 @@ class JobWaitPolicy:
         return Verdict(status, finished=status.is_finished, changed=changed, requeued=requeued, report_held=report_held)
 
     def carry_over(self) -> dict[str, Any]:
-        """What a new policy needs to carry this wait on (a sensor rescheduled between reads)."""
-        return {"astray_since": self.astray_since, "restarts": self.restarts, "held_reported_at": self.held_reported_at}
+        """What a new policy needs to carry this wait on (a sensor rescheduled between reads): plain JSON."""
+        return {
+            "astray_since": self.astray_since,
+            "restarts": self.restarts,
+            "held_reported_at": self.held_reported_at,
+            "told": list(self.told) if self.told else None,
+        }
 
     def time_left(self, now: float) -> float | None:
         """Seconds until the deadline (0 once reached), or None without one."""
@@ -95,6 +105,24 @@ class JobWaitPolicy:
             return interval
         return min(interval, left) if left > 0 else None
 
+    def _changed(self, status: JobStatus) -> bool:
+        """Whether the read tells what the last line did not; if so, it is now the last told."""
+        told = self.told
+        if told is not None and status.state == told[0]:
+            if status.source == RecordSource.STATE_LIST:
+                return False  # the bulk state list has no reason or expected start: the last ones read still hold
+            if status.reason == told[1] and not _moved(told[2], status.expected_start):
+                return False
+        self.told = (status.state, status.reason, status.expected_start)
+        return True
+
     def _astray_too_long(self, now: float) -> bool:
         self.astray_since = now if self.astray_since is None else self.astray_since
         return now - self.astray_since >= self.lost_grace
+
+
+def _moved(told: int | None, expected: int | None) -> bool:
+    """Whether an expected start differs from the one told: it appeared, went, or moved by a minute or more."""
+    if told is None or expected is None:
+        return told != expected
+    return abs(expected - told) >= EXPECTED_START_MOVE_SECONDS

@@ -170,7 +170,8 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
         A job missing from both the live queue and accounting is looked for ``lost_grace`` s (accounting
         can lag) before ``JobLostError``; a state this provider does not know is waited out as long
         before ``UnknownJobStateError``. A requeued job is waited for until its last run ends; each
-        requeue is logged once, a hold when first seen and then every 10 minutes.
+        requeue is logged once, a hold when first seen and then every 10 minutes, and each change of
+        the job's state, reason or expected start in one line.
         """
         deadline = None if timeout is None else time.time() + timeout
         policy = JobWaitPolicy(str(job_id), lost_grace=lost_grace, deadline=deadline)

@@ -267,7 +267,7 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         record.write(self.job_id, self._result_key(submission, record))
         cluster = self.hook.cluster.cluster_id
         self.log.info("Slurm job %s on cluster %s: %s (%s)", self.job_id, cluster, submission.outcome, key)
-        ti.xcom_push(key="job_id", value=self.job_id)
+        self.show_job(context, self.job_id)
         if submission.outcome == Outcome.SUBMITTED and "array" not in job and job.get("standard_output"):
             # the link works while the job runs (a reattached job wrote where an earlier try said)
             self.show_output_link(

@@ -100,6 +100,16 @@ class SlurmWaitingOperator(SlurmBaseOperator):
         """The output arguments over the connection's ``output_uri`` and ``output_cluster_path``."""
         return self.hook.resolve_output_settings(**self._output_arguments)
 
+    def show_job(self, context: Context, job_id: str) -> None:
+        """XCom ``job_id``, and how to reach the job (``slurm_connection``: the connection's ID and
+        names, no secret), for the Slurm job tab of Airflow 3.1+'s UI."""
+        from airflow_provider_slurmapi.ui.task_job import CONNECTION_XCOM, JOB_ID_XCOM
+
+        ti = context["ti"]
+        ti.xcom_push(key=JOB_ID_XCOM, value=job_id)
+        output = {"uri": self.output_uri, "cluster_path": self.output_cluster_path}
+        ti.xcom_push(key=CONNECTION_XCOM, value={"connection": self.hook_kwargs, "output": output})
+
     def finish_job(self, context: Context, status: JobStatus, *, live_shown: dict[str, int] | None = None) -> None:
         """Report the finished job (usage as XCom ``usage``, output in the log and its link), then
         fail the task, naming the state, the reason, the exit code and the end of its error output,

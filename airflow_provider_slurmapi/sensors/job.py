@@ -54,6 +54,7 @@ class SlurmJobSensor(SlurmWaitingOperator, BaseSensorOperator):
 
     def execute(self, context: Context) -> Any:
         self.output_settings  # noqa: B018 - the connection's output settings, refused now if bad
+        self.show_job(context, str(self.job_id))
         if not self.deferrable:
             return super().execute(context)
         if not self.poke(context):

@@ -11,7 +11,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("name", ["import_cost", "submit_overhead", "triggerer_scale", "job_events"])
+@pytest.mark.parametrize("name", ["import_cost", "submit_overhead", "triggerer_scale", "job_events", "slurm_tab"])
 def test_benchmark_runs_quick(name: str) -> None:
     result = subprocess.run(
         [sys.executable, "-m", f"benchmarks.{name}", "--quick"],

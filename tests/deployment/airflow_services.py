@@ -95,13 +95,16 @@ class Airflow:
 
     API = "/api/v2"
 
-    def __init__(self, home: Path, **env: str) -> None:
+    def __init__(self, home: Path, users: dict[str, str] | None = None, **env: str) -> None:
+        """``users``: SimpleAuthManager's users and their roles (default: ``admin``, an admin)."""
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.password = secrets.token_urlsafe(12)
+        self.users = users or {USER: "admin"}
+        self.passwords = {user: secrets.token_urlsafe(12) for user in self.users}
+        self.password = self.passwords.get(USER, "")
         passwords = home / "passwords.json"
-        passwords.write_text(json.dumps({USER: self.password}))
+        passwords.write_text(json.dumps(self.passwords))
         (home / "dags").mkdir(exist_ok=True)
         # Only our settings: an AIRFLOW__* variable of the caller must not change the deployment.
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_")}
@@ -114,7 +117,7 @@ class Airflow:
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
                 "AIRFLOW__CORE__PARALLELISM": "4",
-                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in self.users.items()),
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
                 "AIRFLOW__API__BASE_URL": self.url,
@@ -170,10 +173,10 @@ class Airflow:
         if dead:
             raise AssertionError(f"Airflow components exited: {dead}")
 
-    def token(self) -> str:
-        """A JWT from SimpleAuthManager's token endpoint, for the configured admin user."""
+    def token(self, user: str = USER) -> str:
+        """A JWT from SimpleAuthManager's token endpoint, for ``user`` (default: the admin)."""
         response = requests.post(
-            f"{self.url}/auth/token", json={"username": USER, "password": self.password}, timeout=30
+            f"{self.url}/auth/token", json={"username": user, "password": self.passwords[user]}, timeout=30
         )
         assert response.status_code == 201, f"POST /auth/token: HTTP {response.status_code}: {response.text}"
         return str(response.json()["access_token"])
@@ -289,11 +292,12 @@ def running(
     components: list[str],
     prepare: Callable[[Airflow], None] | None = None,
     kind: type[Airflow] = Airflow,
+    users: dict[str, str] | None = None,
     **env: str,
 ) -> Iterator[Airflow]:
     """Migrate the database, ``prepare`` it (add a connection...), start the components and wait for
     the api-server (Airflow 2: the webserver); stop them all at the end."""
-    airflow = kind(home, **env)
+    airflow = kind(home, users, **env) if users else kind(home, **env)
     airflow.migrate()
     if prepare is not None:
         prepare(airflow)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 
 import pytest
 
@@ -31,6 +32,17 @@ def test_submit_and_wait_completed(slurm_connection: str) -> None:
     job_id = hook.submit_job(JOB, script("echo hello; sleep 1"))
     status = hook.wait_for_job(job_id, poll_interval=0.5, timeout=30)
     assert (status.state, status.is_success, status.exit_code.return_code) == ("COMPLETED", True, 0)
+
+
+def test_a_job_waiting_for_its_begin_time_logs_when_it_is_expected_to_start(slurm_connection: str, task_log) -> None:
+    hook = SlurmJobApiHook(slurm_connection)
+    begin = int(time.time()) + 3
+    job_id = hook.submit_job({**JOB, "begin_time": {"set": True, "number": begin}}, script("true"))
+    task_log()  # only the wait's lines
+    assert hook.wait_for_job(job_id, poll_interval=0.5, timeout=30).is_success
+    waiting = [line for line in task_log().splitlines() if "reason: BeginTime" in line]
+    assert len(waiting) == 1, waiting  # once, however many reads said the same
+    assert f"expected start {datetime.fromtimestamp(begin, UTC):%Y-%m-%d %H:%M} UTC" in waiting[0]
 
 
 def test_failed_job_reports_exit_code(slurm_connection: str) -> None:

@@ -37,6 +37,8 @@ def test_worker_wait_success_pushes_state_and_exit_code(slurm_connection: str) -
     ctx = context()
     job_id = submit_op("exit 0").execute(ctx)
     usage = ctx["ti"].xcom.pop("usage")
+    connection = ctx["ti"].xcom.pop("slurm_connection")["connection"]  # for the Slurm job tab
+    assert connection["slurm_conn_id"] == slurm_connection
     assert ctx["ti"].xcom == {"job_id": job_id, "job_state": "COMPLETED", "exit_code": 0}
     assert usage["job_id"] == job_id and usage["cpus"] == 1 and usage["nodes"] == 1
 

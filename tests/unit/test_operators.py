@@ -38,6 +38,7 @@ from airflow_provider_slurmapi.operators.waiting import (
     task_deadline,
 )
 from airflow_provider_slurmapi.sensors.job import SlurmJobSensor
+from airflow_provider_slurmapi.ui.task_job import CONNECTION_XCOM
 from tests.unit.task_fakes import FakeStore, FakeTI, FakeVariables, ctx, status
 
 SCRIPT = "#!/bin/bash\necho hi\n"
@@ -476,6 +477,10 @@ def test_waiting_operator_is_the_shared_base() -> None:
     assert not issubclass(SlurmCancelJobOperator, SlurmWaitingOperator)
 
 
+def without_connection(pushes: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in pushes.items() if key != CONNECTION_XCOM}
+
+
 # --- SlurmSubmitJobOperator.execute ----------------------------------------------------------
 
 
@@ -484,7 +489,10 @@ def test_execute_without_waiting_returns_the_job_id_and_records_it() -> None:
     store = FakeStore()
     context = ctx(store=store)
     assert submit_op(hook, wait_for_completion=False).execute(context) == "42"
-    assert context["ti"].pushes == {"job_id": "42"}
+    pushes = dict(context["ti"].pushes)
+    # how the Slurm job tab reaches the job: the connection's ID and names, no secret
+    assert pushes.pop(CONNECTION_XCOM)["connection"]["slurm_conn_id"] == "slurm_job_api_default"
+    assert pushes == {"job_id": "42"}
     assert store.values == {STATE_STORE_KEY: "42"}
     assert hook.named("wait_for_job") == []
     [(args, kwargs)] = hook.named("submit_once")
@@ -629,7 +637,7 @@ def test_execute_adopted_job_finishes_without_waiting() -> None:
     hook = FakeHook(submission=Submission("41", Outcome.ADOPTED, status(job_id="41")))
     context = ctx()
     assert submit_op(hook).execute(context) == "41"
-    assert context["ti"].pushes == {"job_id": "41", "job_state": "COMPLETED", "exit_code": 0}
+    assert without_connection(context["ti"].pushes) == {"job_id": "41", "job_state": "COMPLETED", "exit_code": 0}
     assert hook.named("wait_for_job") == []
 
 
@@ -654,7 +662,7 @@ def test_execute_success_returns_the_job_id() -> None:
     hook = FakeHook()
     context = ctx()
     assert submit_op(hook).execute(context) == "42"
-    assert context["ti"].pushes == {"job_id": "42", "job_state": "COMPLETED", "exit_code": 0}
+    assert without_connection(context["ti"].pushes) == {"job_id": "42", "job_state": "COMPLETED", "exit_code": 0}
 
 
 def test_execute_timeout_cancels_the_job() -> None:

@@ -142,7 +142,8 @@ def test_wait_state_kept_in_the_task_state_store() -> None:
 
 
 def test_store_read_when_nothing_carried_and_left_alone_when_unchanged() -> None:
-    carried = {"astray_since": None, "restarts": 2, "held_reported_at": None}
+    told = ["RUNNING", None, None]
+    carried = {"astray_since": None, "restarts": 2, "held_reported_at": None, "told": told}
     store = FakeStore(**{WAIT_STATE_KEY: dict(carried)})
     hook = FakeHook(status("RUNNING", restarts=2))
     assert sensor(hook).poke(ctx(store=store)) is False
@@ -155,13 +156,30 @@ def test_store_updated_when_the_wait_state_changes() -> None:
     hook = FakeHook(status("PENDING", restarts=1))
     assert sensor(hook).poke(ctx(store=store)) is False
     assert len(hook.requeues) == 1
-    assert store.sets == [(WAIT_STATE_KEY, {"astray_since": None, "restarts": 1, "held_reported_at": None})]
+    told = ["PENDING", None, None]
+    assert store.sets == [
+        (WAIT_STATE_KEY, {"astray_since": None, "restarts": 1, "held_reported_at": None, "told": told})
+    ]
 
 
 def test_store_value_that_is_not_a_dict_is_ignored() -> None:
     store = FakeStore(**{WAIT_STATE_KEY: "garbage"})
     assert sensor(FakeHook(status("RUNNING"))).poke(ctx(store=store)) is False
-    assert store.values[WAIT_STATE_KEY] == {"astray_since": None, "restarts": 0, "held_reported_at": None}
+    told = ["RUNNING", None, None]
+    assert store.values[WAIT_STATE_KEY] == {"astray_since": None, "restarts": 0, "held_reported_at": None, "told": told}
+
+
+@pytest.mark.parametrize("kept_in", ["sensor", "task state store"])
+def test_one_log_line_per_change_across_pokes(kept_in: str, task_log) -> None:
+    hook = FakeHook(status("PENDING", reason="Resources"), status("PENDING", reason="Resources"), status("RUNNING"))
+    store = FakeStore() if kept_in == "task state store" else None
+    op = sensor(hook)
+    for _ in range(3):
+        if store is not None:
+            op = sensor(hook)  # a rescheduled poke is a new task instance
+        assert op.poke(ctx(store=store)) is False
+    lines = [line for line in task_log().splitlines() if "Slurm job 42 is" in line]
+    assert len(lines) == 2 and "PENDING; reason: Resources" in lines[0] and "RUNNING" in lines[1]
 
 
 def test_reschedule_without_a_store_waits_out_a_missing_job_in_one_poke() -> None:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 
 import pytest
 
 from airflow_provider_slurmapi.client.arrays import select_job
-from airflow_provider_slurmapi.client.jobs import JobStatus
+from airflow_provider_slurmapi.client.jobs import JobStatus, RecordSource
+from airflow_provider_slurmapi.client.wait_policy import JobWaitPolicy
+from airflow_provider_slurmapi.client.waiting import follow, run_wait
 
 
 def _only_job(body: dict) -> dict:
@@ -92,6 +95,35 @@ def test_running_job(slurm_fixture):
 def test_pending_job_reason_in_describe(slurm_fixture):
     text = live(slurm_fixture, "job_pending_held.json").describe()
     assert "PENDING" in text and "JobHeldUser" in text
+
+
+# file, job ID, the start Slurm expects: a pending live record's start_time, where it means one (captured replies)
+EXPECTED_STARTS = [
+    ("job_pending_begin_time.json", "5", 1796055031),  # reason BeginTime: the begin time asked for
+    ("job_pending_resources.json", "3", None),  # start_time 0: the scheduler computed none yet
+    ("jobs_list_held_pending_running.json", "4", 1827783587),  # Resources, behind jobs without a time limit
+    ("job_pending_held.json", "4", None),  # held: it starts only once released
+    ("jobs_list_update_time_after_release_and_hold.json", "6", None),  # held again: its start_time is stale
+    ("requeue_running_3_pending_completing.json", "325", None),  # still COMPLETING: the last run's start
+    ("requeue_running_4_pending_begintime.json", "325", 1796172746),  # 121 s after the requeue
+    ("job_running.json", "1", None),
+]
+
+
+@pytest.mark.parametrize(("name", "job_id", "expected"), EXPECTED_STARTS)
+def test_expected_start_of_a_pending_job(slurm_fixture, name, job_id, expected):
+    (record,) = [job for job in slurm_fixture(name)["jobs"] if str(job["job_id"]) == job_id]
+    assert JobStatus.from_slurm(record).expected_start == expected
+
+
+def test_accounting_tells_no_expected_start(slurm_fixture):
+    assert acct(slurm_fixture, "slurmdb_job_pending.json").expected_start is None
+
+
+def test_describe_a_pending_job_with_its_expected_start(slurm_fixture):
+    status = live(slurm_fixture, "job_pending_begin_time.json")
+    assert status.describe() == "Slurm job 5 is PENDING; reason: BeginTime; expected start 2026-11-30 16:10 UTC"
+    assert live(slurm_fixture, "job_pending_resources.json").describe() == "Slurm job 3 is PENDING; reason: Resources"
 
 
 def test_completed_job(slurm_fixture):
@@ -558,6 +590,51 @@ def test_wait_policy_reports_changes_and_the_end_once_each() -> None:
         for state, reason in [("PENDING", "Priority"), ("PENDING", "Priority"), ("RUNNING", None), ("COMPLETED", None)]
     ]
     assert [(v.changed, v.finished) for v in verdicts] == [(True, False), (False, False), (True, False), (True, True)]
+
+
+def _pending_job_4(slurm_fixture, **changes) -> dict:
+    """Job 4 of a real queue, PENDING for Resources with an expected start, with ``changes``."""
+    (record,) = [job for job in slurm_fixture("jobs_list_held_pending_running.json")["jobs"] if job["job_id"] == 4]
+    return {**copy.deepcopy(record), **changes}
+
+
+def test_one_log_line_per_change_of_state_reason_or_expected_start(slurm_fixture, caplog) -> None:
+    estimate = 1827783587  # 2027-12-02 21:39:47 UTC
+    records = [
+        _pending_job_4(slurm_fixture, start_time=_sn(0)),  # no estimate yet
+        _pending_job_4(slurm_fixture),
+        _pending_job_4(slurm_fixture, start_time=_sn(estimate + 20)),  # backfill's next cycle: seconds off
+        _pending_job_4(slurm_fixture, start_time=_sn(estimate - 20)),
+        _pending_job_4(slurm_fixture, start_time=_sn(estimate + 300)),  # moved 5 minutes
+        _pending_job_4(slurm_fixture, job_state=["RUNNING"], state_reason="None", start_time=_sn(estimate + 310)),
+        _pending_job_4(slurm_fixture, job_state=["COMPLETED"], state_reason="None", start_time=_sn(estimate + 310)),
+    ]
+    reads = iter(JobStatus.from_slurm(record) for record in records)
+    logger = logging.getLogger("tests.wait")
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        final = run_wait(
+            follow(JobWaitPolicy("4"), 1, logger), read=lambda: next(reads), describe_requeue=str, sleep=lambda _: None
+        )
+    assert final.state == "COMPLETED"
+    assert caplog.messages == [
+        "Slurm job 4 is PENDING; reason: Resources",
+        "Slurm job 4 is PENDING; reason: Resources; expected start 2027-12-02 21:39 UTC",
+        "Slurm job 4 is PENDING; reason: Resources; expected start 2027-12-02 21:44 UTC",
+        "Slurm job 4 is RUNNING",
+    ]
+
+
+def test_the_state_list_keeps_the_last_reason_and_expected_start(slurm_fixture) -> None:
+    pending = JobStatus.from_slurm(_pending_job_4(slurm_fixture))
+    policy = JobWaitPolicy("4")
+    reads = [
+        pending,
+        JobStatus("4", "PENDING", source=RecordSource.STATE_LIST),  # no reason, no estimate: not a change
+        pending,
+        JobStatus("4", "RUNNING", source=RecordSource.STATE_LIST),
+        JobStatus("4", "RUNNING"),  # a full read that says no more than the state list did
+    ]
+    assert [policy.judge(status, now=0).changed for status in reads] == [True, False, False, True, False]
 
 
 def test_wait_policy_deadline() -> None:

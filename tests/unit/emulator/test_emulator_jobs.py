@@ -263,14 +263,15 @@ def test_jobs_list_and_ping(api: Api, workdir: Path) -> None:
 
 
 def test_begin_time_in_future_is_pending(api: Api, workdir: Path) -> None:
+    begin = int(time.time()) + 3600
     job_id = api.submit(
-        "#!/bin/bash\ntrue\n",
-        begin_time={"set": True, "number": int(time.time()) + 3600},
-        current_working_directory=str(workdir),
+        "#!/bin/bash\ntrue\n", begin_time={"set": True, "number": begin}, current_working_directory=str(workdir)
     )
     time.sleep(0.3)
     job = api.job(job_id)
     assert job["job_state"] == ["PENDING"] and job["state_reason"] == "BeginTime"
+    # real Slurm (job_pending_begin_time.json): start_time is when the scheduler expects it to start
+    assert job["start_time"]["number"] == begin
     api.call("DELETE", f"/slurm/v0.0.42/job/{job_id}")
 
 

@@ -1,0 +1,128 @@
+"""A task instance's Slurm job, as its task left it in XCom, and what the tab reads of it.
+
+The job and the connection come from the task instance's XComs (``job_id``, and ``slurm_connection``
+which our operators push with it), never from the request: a user reaches only the jobs of task
+instances the api-server let them see. Reads are shared for ``READ_CACHE_SECONDS``, so many open
+tabs on one job make one read of Slurm between them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_slurmapi.client.jobs import JobStatus, RecordSource
+from airflow_provider_slurmapi.client.operations import JobHistory, JobRecords
+from airflow_provider_slurmapi.client.requeue import latest_runs
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from airflow_provider_slurmapi.client.output import OutputTail
+    from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
+
+JOB_ID_XCOM = "job_id"
+CONNECTION_XCOM = "slurm_connection"  # {"connection": the hook's arguments, "output": output overrides}
+OUTPUT_LINK_XCOM = "slurm_output_console_url"
+READ_CACHE_SECONDS = 5.0
+TAB_TAIL_LINES, TAB_TAIL_BYTES = 200, 64 * 1024  # the tab shows more than a log excerpt, never waits
+
+
+@dataclass(frozen=True)
+class TaskJob:
+    """The job a task instance submitted or watched, and how to reach it."""
+
+    job_id: str
+    connection: dict[str, Any]  # SlurmJobApiHook's arguments (no secrets: a connection ID and names)
+    output: dict[str, Any]  # the task's OutputSettings overrides (uri, cluster_path)
+    output_link: str | None = None
+
+    def cache_key(self) -> str:
+        return json.dumps([self.job_id, self.connection, self.output], sort_keys=True, default=str)
+
+
+def find_task_job(session: Session, dag_id: str, run_id: str, task_id: str, map_index: int) -> TaskJob | None:
+    """The task instance's job from its XComs; None when it has not submitted or watched one."""
+    from airflow.models.xcom import XComModel
+
+    query = XComModel.get_many(run_id=run_id, dag_ids=dag_id, task_ids=task_id, map_indexes=map_index)
+    rows: list[Any] = list(session.scalars(query))
+    values = {row.key: XComModel.deserialize_value(row) for row in rows}
+    job_id = values.get(JOB_ID_XCOM)
+    if not isinstance(job_id, (str, int)) or isinstance(job_id, bool):
+        return None
+    access = values.get(CONNECTION_XCOM)
+    access = access if isinstance(access, dict) else {}  # a task of an older release: the default connection
+    link = values.get(OUTPUT_LINK_XCOM)
+    return TaskJob(
+        job_id=str(job_id),
+        connection=dict(access.get("connection") or {}),
+        output=dict(access.get("output") or {}),
+        output_link=link if isinstance(link, str) and link.startswith("https://") else None,
+    )
+
+
+@dataclass(frozen=True)
+class JobReading:
+    """One read of a job for the tab: its history, the cluster, and its output's tails."""
+
+    history: JobHistory
+    cluster: str
+    output: tuple[OutputTail, ...]
+    output_problem: str | None  # why no output is shown at all
+    read_at: float
+
+
+_cache: dict[str, JobReading] = {}
+_cache_lock = threading.Lock()
+
+
+def read_task_job(task_job: TaskJob) -> JobReading:
+    """The job read now, or by another tab less than ``READ_CACHE_SECONDS`` ago."""
+    key, now = task_job.cache_key(), time.monotonic()
+    with _cache_lock:
+        cached = _cache.get(key)
+        if cached is not None and now - cached.read_at < READ_CACHE_SECONDS:
+            return cached
+        for stale in [k for k, v in _cache.items() if now - v.read_at >= READ_CACHE_SECONDS]:
+            del _cache[stale]
+    reading = _read(task_job, now)
+    with _cache_lock:
+        _cache[key] = reading
+    return reading
+
+
+def forget(task_job: TaskJob) -> None:
+    """Drop the job's shared read (after a cancel: the next view reads it anew)."""
+    with _cache_lock:
+        _cache.pop(task_job.cache_key(), None)
+
+
+def hook_for(task_job: TaskJob) -> SlurmJobApiHook:
+    from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
+
+    return SlurmJobApiHook(**task_job.connection)
+
+
+def _read(task_job: TaskJob, now: float) -> JobReading:
+    hook = hook_for(task_job)
+    history = hook.job_history(task_job.job_id)
+    output, problem = _output(hook, task_job, history)
+    return JobReading(history, hook.cluster.cluster_id, tuple(output), problem, now)
+
+
+def _output(hook: SlurmJobApiHook, task_job: TaskJob, history: JobHistory) -> tuple[list[OutputTail], str | None]:
+    """The tails of the job's output once it has started; none, and why, before."""
+    settings = hook.resolve_output_settings(**task_job.output)
+    if not settings.readable:
+        return [], "Airflow cannot read this job's output: the task and its connection set no output_uri."
+    records = JobRecords(RecordSource.ACCOUNTING, latest_runs(history.accounting))
+    if history.live:
+        records = JobRecords(RecordSource.LIVE, history.live)
+        if all(JobStatus.from_slurm(record).state == "PENDING" for record in history.live):
+            return [], "The job has not started: it has no output yet."
+    settings = replace(settings, tail_lines=TAB_TAIL_LINES, tail_bytes=TAB_TAIL_BYTES, wait=0)
+    return hook.read_job_output(task_job.job_id, settings=settings, records=records), None
