@@ -13,10 +13,13 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -191,3 +194,43 @@ class StallProbe:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+
+@dataclass
+class EmulatorProcess:
+    """``slurm-job-api-emulator`` in a process of its own (its work is not the benchmark's)."""
+
+    url: str
+    key_file: Path
+
+    def requeue(self, job_id: str) -> None:
+        """The emulator's own control, as an admin's ``scontrol requeue``."""
+        url = f"{self.url}/emulator/v1/{PROJECT}/{REGION}/{CLUSTER}/jobs/{job_id}:requeue"
+        with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=30):
+            pass
+
+
+@contextlib.contextmanager
+def emulator_process(workdir: Path, *options: str) -> Iterator[EmulatorProcess]:
+    """Run the emulator with ``options`` on a free port and read its address from its banner."""
+    command = [
+        sys.executable, "-m", "airflow_provider_slurmapi.emulator.cli", "--port=0",
+        f"--key-file={workdir / 'key.json'}", f"--state-dir={workdir / 'jobs'}", "--log-level=WARNING", *options,
+    ]  # fmt: skip
+    with open(workdir / "emulator.log", "w+") as log:
+        proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
+        try:
+            assert proc.stdout is not None
+            banner = {}
+            for line in proc.stdout:  # the banner ends with the connection line
+                name, _, value = line.partition(": ")
+                banner[name] = value.strip()
+                if line.startswith("AIRFLOW_CONN_"):
+                    break
+            if "URL" not in banner:
+                log.seek(0)
+                raise SystemExit(f"the emulator did not start (exit {proc.wait()}):\n{log.read()}")
+            yield EmulatorProcess(banner["URL"], Path(banner["Key file"]))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)

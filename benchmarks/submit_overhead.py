@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import os
 import secrets
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,8 +22,9 @@ from benchmarks.common import (
     CLUSTER,
     PROJECT,
     REGION,
-    REPO_ROOT,
+    EmulatorProcess,
     connection_json,
+    emulator_process,
     machine_line,
     markdown_table,
     median,
@@ -40,44 +38,6 @@ SCRIPT = "#!/bin/bash\ntrue\n"
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 SCHED_DELAY = 3600  # seconds: longer than any run, so jobs never start
 WARMUP = 3  # untimed submits per case: token fetch, connection lookup, connection pool
-
-
-@dataclass
-class EmulatorProcess:
-    url: str
-    key_file: Path
-
-
-@contextmanager
-def emulator_process(workdir: Path) -> Iterator[EmulatorProcess]:
-    """Run ``slurm-job-api-emulator`` on a free port and read its address from its banner."""
-    command = [
-        sys.executable,
-        "-m",
-        "airflow_provider_slurmapi.emulator.cli",
-        "--port=0",
-        f"--key-file={workdir / 'key.json'}",
-        f"--state-dir={workdir / 'jobs'}",
-        f"--sched-delay={SCHED_DELAY}",
-        "--log-level=WARNING",
-    ]
-    with open(workdir / "emulator.log", "w+") as log:
-        proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
-        try:
-            assert proc.stdout is not None
-            banner = {}
-            for line in proc.stdout:  # the banner ends with the connection line
-                name, _, value = line.partition(": ")
-                banner[name] = value.strip()
-                if line.startswith("AIRFLOW_CONN_"):
-                    break
-            if "URL" not in banner:
-                log.seek(0)
-                raise SystemExit(f"the emulator did not start (exit {proc.wait()}):\n{log.read()}")
-            yield EmulatorProcess(banner["URL"], Path(banner["Key file"]))
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
 
 
 @dataclass
@@ -198,7 +158,10 @@ def table(cases: list[Case]) -> str:
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], full=200, quick=20, what="timed submits per case")
     use_private_airflow_home()
-    with tempfile.TemporaryDirectory(prefix="bench-emulator-") as workdir, emulator_process(Path(workdir)) as emu:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-emulator-") as workdir,
+        emulator_process(Path(workdir), f"--sched-delay={SCHED_DELAY}") as emu,
+    ):
         os.environ["AIRFLOW_CONN_SLURM_JOB_API_DEFAULT"] = connection_json(emu)
         cases = [baseline_case(emu), *hook_cases()]
         run(cases, args.n)

@@ -107,8 +107,15 @@ class SlurmWaitingOperator(SlurmBaseOperator):
 
         ti = context["ti"]
         ti.xcom_push(key=JOB_ID_XCOM, value=job_id)
-        output = {"uri": self.output_uri, "cluster_path": self.output_cluster_path}
-        ti.xcom_push(key=CONNECTION_XCOM, value={"connection": self.hook_kwargs, "output": output})
+        access: dict[str, Any] = {
+            "connection": self.hook_kwargs,
+            "output": {"uri": self.output_uri, "cluster_path": self.output_cluster_path},
+        }
+        if live := getattr(self, "_live_folders", None):  # the submit operator's, with live output on
+            from airflow_provider_slurmapi.client.live_output import folder_tag
+
+            access["live_tag"] = folder_tag(live[1])
+        ti.xcom_push(key=CONNECTION_XCOM, value=access)
 
     def finish_job(self, context: Context, status: JobStatus, *, live_shown: dict[str, int] | None = None) -> None:
         """Report the finished job (usage as XCom ``usage``, output in the log and its link), then

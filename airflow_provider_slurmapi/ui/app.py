@@ -13,6 +13,7 @@ import json
 import logging
 import secrets
 import time
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
@@ -42,18 +43,14 @@ def _map_index(map_index: str) -> int:
         return -1
 
 
+@dataclass(frozen=True)
 class TaskInstanceRef:
-    """The task instance a request is about, from its query."""
+    """The task instance a request is about."""
 
-    def __init__(
-        self,
-        dag_id: Annotated[str, Query(min_length=1, max_length=250)],
-        run_id: Annotated[str, Query(min_length=1, max_length=250)],
-        task_id: Annotated[str, Query(min_length=1, max_length=250)],
-        map_index: Annotated[str, Query(max_length=20)] = "-1",
-    ) -> None:
-        self.dag_id, self.run_id, self.task_id = dag_id, run_id, task_id
-        self.map_index = _map_index(map_index)
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
 
     def task_job(self) -> TaskJob | None:
         from airflow.utils.session import create_session
@@ -65,7 +62,17 @@ class TaskInstanceRef:
         return self.task_id if self.map_index < 0 else f"{self.task_id} (map index {self.map_index})"
 
 
-TaskInstanceDep = Annotated[TaskInstanceRef, Depends()]
+def task_instance(  # a function, not the class: FastAPI resolves a function's postponed annotations
+    dag_id: Annotated[str, Query(min_length=1, max_length=250)],
+    run_id: Annotated[str, Query(min_length=1, max_length=250)],
+    task_id: Annotated[str, Query(min_length=1, max_length=250)],
+    map_index: Annotated[str, Query(max_length=20)] = "-1",
+) -> TaskInstanceRef:
+    """The task instance of the request's query."""
+    return TaskInstanceRef(dag_id, run_id, task_id, _map_index(map_index))
+
+
+TaskInstanceDep = Annotated[TaskInstanceRef, Depends(task_instance)]
 
 
 def _user_may_change(request: Request, user: Any) -> bool:
@@ -82,6 +89,9 @@ def _view(reading: JobReading, job_id: str) -> JobView:
 
 
 def _excerpts(reading: JobReading) -> tuple[OutputExcerpt, ...]:
+    if reading.live:  # already made inert, line by line
+        where = "published while the job runs (live output)"
+        return tuple(OutputExcerpt(stream=stream, location=where, text=text) for stream, text in reading.live.items())
     return tuple(
         OutputExcerpt(
             stream=str(tail.stream),

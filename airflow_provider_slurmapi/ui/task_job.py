@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_slurmapi.client.jobs import JobStatus, RecordSource
 from airflow_provider_slurmapi.client.operations import JobHistory, JobRecords
+from airflow_provider_slurmapi.client.records import number
 from airflow_provider_slurmapi.client.requeue import latest_runs
+from airflow_provider_slurmapi.ui.live_tail import live_tails
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -39,6 +41,7 @@ class TaskJob:
     connection: dict[str, Any]  # SlurmJobApiHook's arguments (no secrets: a connection ID and names)
     output: dict[str, Any]  # the task's OutputSettings overrides (uri, cluster_path)
     output_link: str | None = None
+    live_tag: str | None = None  # the try's folder tag, in the names of its live output pieces
 
     def cache_key(self) -> str:
         return json.dumps([self.job_id, self.connection, self.output], sort_keys=True, default=str)
@@ -62,6 +65,7 @@ def find_task_job(session: Session, dag_id: str, run_id: str, task_id: str, map_
         connection=dict(access.get("connection") or {}),
         output=dict(access.get("output") or {}),
         output_link=link if isinstance(link, str) and link.startswith("https://") else None,
+        live_tag=str(access["live_tag"]) if access.get("live_tag") else None,
     )
 
 
@@ -72,6 +76,7 @@ class JobReading:
     history: JobHistory
     cluster: str
     output: tuple[OutputTail, ...]
+    live: dict[str, str]  # while the job runs with live output: each stream's last published lines
     output_problem: str | None  # why no output is shown at all
     read_at: float
 
@@ -110,19 +115,29 @@ def hook_for(task_job: TaskJob) -> SlurmJobApiHook:
 def _read(task_job: TaskJob, now: float) -> JobReading:
     hook = hook_for(task_job)
     history = hook.job_history(task_job.job_id)
-    output, problem = _output(hook, task_job, history)
-    return JobReading(history, hook.cluster.cluster_id, tuple(output), problem, now)
-
-
-def _output(hook: SlurmJobApiHook, task_job: TaskJob, history: JobHistory) -> tuple[list[OutputTail], str | None]:
-    """The tails of the job's output once it has started; none, and why, before."""
     settings = hook.resolve_output_settings(**task_job.output)
+    tails: list[OutputTail] = []
+    live: dict[str, str] = {}
+    problem = None
     if not settings.readable:
-        return [], "Airflow cannot read this job's output: the task and its connection set no output_uri."
-    records = JobRecords(RecordSource.ACCOUNTING, latest_runs(history.accounting))
-    if history.live:
-        records = JobRecords(RecordSource.LIVE, history.live)
-        if all(JobStatus.from_slurm(record).state == "PENDING" for record in history.live):
-            return [], "The job has not started: it has no output yet."
-    settings = replace(settings, tail_lines=TAB_TAIL_LINES, tail_bytes=TAB_TAIL_BYTES, wait=0)
-    return hook.read_job_output(task_job.job_id, settings=settings, records=records), None
+        problem = "Airflow cannot read this job's output: the task and its connection set no output_uri."
+    elif history.live and all(JobStatus.from_slurm(record).state == "PENDING" for record in history.live):
+        problem = "The job has not started: it has no output yet."
+    else:
+        live = _live(hook, task_job, history, str(settings.uri))
+        if not live:  # ended, or no live output: the files themselves
+            records = JobRecords(RecordSource.ACCOUNTING, latest_runs(history.accounting))
+            if history.live:
+                records = JobRecords(RecordSource.LIVE, history.live)
+            settings = replace(settings, tail_lines=TAB_TAIL_LINES, tail_bytes=TAB_TAIL_BYTES, wait=0)
+            tails = hook.read_job_output(task_job.job_id, settings=settings, records=records)
+    return JobReading(history, hook.cluster.cluster_id, tuple(tails), live, problem, now)
+
+
+def _live(hook: SlurmJobApiHook, task_job: TaskJob, history: JobHistory, within: str) -> dict[str, str]:
+    """A running job's last published lines, when its task turned live output on."""
+    running = [record for record in history.live if JobStatus.from_slurm(record).state == "RUNNING"]
+    if not running or not task_job.live_tag:
+        return {}
+    started = min(number(record.get("start_time")) or 0 for record in running)
+    return live_tails(hook._object_store(), within, task_job.job_id, task_job.live_tag, started)

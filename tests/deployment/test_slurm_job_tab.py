@@ -7,13 +7,14 @@ Users: ``admin`` (admin), ``viewer`` (SimpleAuthManager's viewer: may read, not 
 
 The first test reads the tab's endpoints as each user (it runs on 3.1, 3.2 and 3.3); the second
 opens the tab in headless Chromium and, with ``SLURM_SCREENSHOT_DIR`` set, saves the pictures of
-the documentation there (``slurm-job-tab-pending.png``, ``slurm-job-tab-completed.png``).
+the documentation there (``slurm-job-tab-pending.png``, ``-running.png``, ``-completed.png``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -204,12 +205,17 @@ def tab_page_url(airflow: Airflow, run_id: str, task_id: str) -> str:
 
 
 def shows(frame: Any, text: str, timeout: float = 90) -> None:
-    """Wait until the tab shows ``text``, refreshing it as a user would."""
+    """Wait until the tab shows ``text`` (as written, visible), refreshing it as a user would."""
+
+    from playwright.sync_api import Error
 
     def visible() -> bool:
-        if frame.get_by_text(text, exact=False).count():
-            return True
-        frame.get_by_role("button", name="Refresh").click()
+        try:  # the frame may be between two loads (its own refresh): look again
+            if frame.get_by_text(re.compile(re.escape(text))).filter(visible=True).count():
+                return True
+            frame.get_by_role("button", name="Refresh").click(timeout=5_000)
+        except Error:
+            pass
         return False
 
     wait_for(visible, timeout, f"the tab to show {text!r}", interval=2)
@@ -233,12 +239,15 @@ def test_the_tab_shows_the_job_pending_running_completed_and_cancels_it(airflow:
         # pending for its begin time, with the scheduler's expected start
         shows(frame, "BeginTime")
         shows(frame, "Expected start")
-        assert frame.get_by_text("PENDING").count(), "the state badge"
+        assert frame.get_by_text("PENDING", exact=True).count(), "the state badge"
         assert frame.locator("svg").count(), "the timeline"
         screenshot(page, "slurm-job-tab-pending.png")
         shows(frame, "RUNNING")
+        shows(frame, "published while the job runs (live output)", timeout=25)  # its last lines so far
+        shows(frame, "step ")
+        screenshot(page, "slurm-job-tab-running.png")
         shows(frame, "COMPLETED")
-        shows(frame, "step 20")  # the output excerpt, read from the bucket
+        shows(frame, "step 30")  # the output excerpt, read from the bucket
         screenshot(page, "slurm-job-tab-completed.png")
 
         # the cancel button cancels the long task's job, and the task fails for it

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from importlib.metadata import entry_points
 
+import pytest
+
 from airflow_provider_slurmapi.ui.plugin import TAB_ENABLED, URL_PREFIX, SlurmJobTabPlugin
 from airflow_provider_slurmapi.version_compat import get_base_airflow_version_tuple
 
@@ -45,3 +47,18 @@ def test_loading_the_plugin_imports_nothing_but_its_own_small_module() -> None:
     added = json.loads(result.stdout.strip().splitlines()[-1])
     assert added and all(name.startswith("airflow_provider_slurmapi") for name in added), added
     assert not [name for name in added if name.endswith((".app", ".task_job", ".page", "slurm_job_api"))], added
+
+
+@pytest.mark.skipif(not TAB_ENABLED, reason="the tab's app is served by Airflow 3.1+'s api-server")
+def test_each_endpoint_asks_for_a_session_before_anything_else() -> None:
+    """Served without the api-server's auth manager, the app still parses its requests and refuses
+    each one as unauthenticated (never a 500, never a job)."""
+    from fastapi.testclient import TestClient
+
+    from airflow_provider_slurmapi.ui.app import create_app
+
+    client = TestClient(create_app())
+    query = {"dag_id": "d", "run_id": "r", "task_id": "t", "map_index": "{MAP_INDEX}"}
+    for method, path in (("GET", "/tab"), ("GET", "/job"), ("POST", "/cancel")):
+        answer = client.request(method, path, params=query)
+        assert answer.status_code == 401, (path, answer.status_code, answer.text)

@@ -24,9 +24,10 @@ with DAG(
     SlurmSubmitJobOperator(
         task_id="train",
         job={**JOB, "name": "tab-train", "begin_time": BEGIN_IN_45_S},
-        script='#!/bin/bash\nfor i in $(seq 1 20); do echo "step $i"; sleep 1; done\n',
+        script='#!/bin/bash\nfor i in $(seq 1 30); do echo "step $i"; sleep 1; done\n',
         deferrable=True,
         poll_interval=2,
+        live_output_period=2,  # the tab shows the pieces published while it runs
     )
     SlurmSubmitJobOperator(
         task_id="long",
