@@ -301,11 +301,11 @@ def tab_table(cases: list[TabCase]) -> str:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small run for CI smoke tests")
-    parser.add_argument("-n", type=int, help="timed renders per case of the view and page (2000; --quick 50)")
-    parser.add_argument("--reads", type=int, help="timed tab reads per job against the emulator (200; --quick 10)")
-    parser.add_argument("--requeues", type=int, help="requeues of the emulator's requeued job (50; --quick 5)")
+    parser.add_argument("-n", type=int, help="timed renders per case of the view and page (2000; --quick 20)")
+    parser.add_argument("--reads", type=int, help="timed tab reads per job against the emulator (200; --quick 5)")
+    parser.add_argument("--requeues", type=int, help="requeues of the emulator's requeued job (50; --quick 2)")
     args = parser.parse_args()
-    for flag, full, quick in (("-n", 2000, 50), ("--reads", 200, 10), ("--requeues", RUNS, 5)):
+    for flag, full, quick in (("-n", 2000, 20), ("--reads", 200, 5), ("--requeues", RUNS, 2)):
         name = flag.lstrip("-")
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)

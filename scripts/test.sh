@@ -115,18 +115,19 @@ fi
 # environment while it runs one. Three pytest runs at once: the runs mostly wait on the processes
 # they start: one lane alone leaves about 60% of a 2-core machine idle, and an install takes at most
 # one core for a minute and a half.
-# Stream 1: the 3.3 benchmarks and deployments, Airflow 3.2, every dependency at its floor.
+# Stream 1: the 3.3 benchmarks and deployments, Airflow 3.2, Python 3.12 and 3.13.
 stream_1() {
     prepare ENV_AIRFLOW_3_2 test,deployment
     echo "== Airflow 3.3, benchmarks and deployments: ${apart_on_3_3[*]}"
     .venv/bin/python -m pytest "${options[@]}" "${apart_on_3_3[@]}" || status=$?
-    RESOLUTION=lowest-direct prepare ENV_LOWEST test
+    prepare ENV_PYTHON_3_12 test
     run ENV_AIRFLOW_3_2 test,deployment "Airflow 3.2" "${not_real[@]}" "${airflow3_suites[@]}" "${once_per_major[@]}"
-    RESOLUTION=lowest-direct run ENV_LOWEST test "lowest dependencies" "${not_real[@]}" tests/unit tests/system \
-        --ignore=tests/system/test_execution_timeout.py
+    prepare ENV_PYTHON_3_13 test
+    run_python ENV_PYTHON_3_12 "Python 3.12"
+    run_python ENV_PYTHON_3_13 "Python 3.13"
     return "$status"
 }
-# Stream 2: Airflow 2.11, 3.1, Python 3.12 and 3.13, the Cloud Composer-like image.
+# Stream 2: Airflow 2.11, 3.1, every dependency at its floor, the Cloud Composer-like image.
 stream_2() {
     if [ "${AIRFLOW2:-yes}" = no ]; then
         :
@@ -136,12 +137,11 @@ stream_2() {
     else
         status=1
     fi
-    prepare ENV_PYTHON_3_12 test
+    RESOLUTION=lowest-direct prepare ENV_LOWEST test
     run ENV_AIRFLOW_3_1 test,deployment "Airflow 3.1" "${not_real[@]}" "${airflow3_suites[@]}" "${airflow3_deployments[@]}" \
         "${once_per_major[@]}" --ignore=tests/system/test_execution_timeout.py
-    prepare ENV_PYTHON_3_13 test
-    run_python ENV_PYTHON_3_12 "Python 3.12"
-    run_python ENV_PYTHON_3_13 "Python 3.13"
+    RESOLUTION=lowest-direct run ENV_LOWEST test "lowest dependencies" "${not_real[@]}" tests/unit tests/system \
+        --ignore=tests/system/test_execution_timeout.py
     echo "== Cloud Composer-like image"
     scripts/composer-check.sh || status=1
     return "$status"

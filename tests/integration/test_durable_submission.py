@@ -187,6 +187,7 @@ def test_a_retry_adopts_a_job_that_completed(slurm_connection: str, emulator: Em
     ctx = run.context()
     assert operator("exit 0").execute(ctx) == first
     usage = ctx["ti"].xcom.pop("usage")
+    ctx["ti"].xcom.pop("slurm_connection")  # for the Slurm job tab (tests/integration/test_operators.py)
     assert ctx["ti"].xcom == {"job_id": first, "job_state": "COMPLETED", "exit_code": 0}
     assert usage["job_id"] == first and usage["cpus"] == 1 and usage["nodes"] == 1
     assert jobs_of(emulator, run) == [first]
