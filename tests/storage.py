@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 BUCKET = "slurm-output"
 
@@ -74,3 +75,20 @@ def storage_stand_in(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@contextmanager
+def emulator_publishing_output(work: Path, storage_host: str, output_uri: str) -> Iterator[tuple[Any, str]]:
+    """The emulator whose jobs write under a mount it publishes to the storage stand-in at
+    ``output_uri``, as a Cloud Storage FUSE mount does; and the connection JSON that reads it there."""
+    from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
+    from tests.conftest import connection_json
+
+    mount = work / "cluster-output"
+    mount.mkdir()
+    config = EmulatorConfig(
+        min_job_age=1.0, key_file=work / "key.json", state_dir=work / "jobs",
+        output_mount=f"{mount}={output_uri}", storage_host=storage_host,
+    )  # fmt: skip
+    with Emulator(config) as emu:
+        yield emu, connection_json(emu, output_uri=output_uri, output_cluster_path=str(mount))

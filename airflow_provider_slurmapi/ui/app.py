@@ -132,7 +132,8 @@ def create_app() -> FastAPI:
             if reading is not None:
                 view = _view(reading, task_job.job_id)
                 message = reading.output_problem
-                cancel_url = str(request.url_for("cancel").include_query_params(**request.query_params))
+                # relative to this page: right behind a proxy too, whatever host and scheme it shows
+                cancel_url = f"cancel?{request.query_params}"
                 context = PageContext(
                     title=ti.title(),
                     cancel_url=cancel_url if view.is_active and _user_may_change(request, user) else None,

@@ -64,20 +64,20 @@ class JobView:
 
     job_id: str
     cluster: str
-    name: str
     state: str
-    flags: tuple[str, ...]
-    reason: str | None  # what it waits for while pending, why it ended once finished
     summary: str  # JobStatus.describe(): the line the task log shows
-    is_active: bool
-    submitted: int | None
-    held: bool  # pending until someone releases it
-    expected_start: int | None  # the scheduler's estimate, only while pending and not held
-    nodes: str
-    exit_code: str | None  # only once finished
-    runs: tuple[Run, ...]
-    usage: JobUsage | None
     now: float
+    name: str = ""
+    flags: tuple[str, ...] = ()
+    reason: str | None = None  # what it waits for while pending, why it ended once finished
+    is_active: bool = False
+    submitted: int | None = None
+    held: bool = False  # pending until someone releases it
+    expected_start: int | None = None  # the scheduler's estimate, only while pending and not held
+    nodes: str = ""
+    exit_code: str | None = None  # only once finished
+    runs: tuple[Run, ...] = ()
+    usage: JobUsage | None = None
 
     @property
     def current_run(self) -> Run | None:
@@ -134,20 +134,9 @@ def _unknown(job_id: str, cluster: str, now: float) -> JobView:
     return JobView(
         job_id=job_id,
         cluster=cluster,
-        name="",
         state=NO_STATE,
-        flags=(),
-        reason=None,
         summary=f"Slurm job {job_id} is in neither the live queue nor accounting",
-        is_active=False,  # nothing to cancel
-        submitted=None,
-        held=False,
-        expected_start=None,
-        nodes="",
-        exit_code=None,
-        runs=(),
-        usage=None,
-        now=now,
+        now=now,  # nothing to cancel: not active
     )
 
 

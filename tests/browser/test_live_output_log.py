@@ -17,11 +17,10 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
+from airflow_provider_slurmapi.emulator import Emulator
 from tests.browser.test_connection_form import CHROMIUM, CHROMIUM_ARGS, require_chromium
-from tests.conftest import connection_json
 from tests.deployment.airflow_services import USER, Airflow, RestApi, require_airflow_3, running, wait_for
-from tests.storage import BUCKET
+from tests.storage import BUCKET, emulator_publishing_output
 
 pytestmark = [pytest.mark.browser, pytest.mark.deployment]
 
@@ -41,27 +40,20 @@ def _requirements() -> None:
 
 
 @pytest.fixture(scope="module")
-def emulator(tmp_path_factory: pytest.TempPathFactory, storage_host: str) -> Iterator[Emulator]:
+def emulator(tmp_path_factory: pytest.TempPathFactory, storage_host: str) -> Iterator[tuple[Emulator, str]]:
     """Jobs write their output under a mount that the emulator publishes to the storage stand-in."""
-    work = tmp_path_factory.mktemp("emulator")
-    mount = work / "cluster-output"
-    mount.mkdir()
-    config = EmulatorConfig(
-        min_job_age=1.0, key_file=work / "key.json", state_dir=work / "jobs",
-        output_mount=f"{mount}={OUTPUT_URI}", storage_host=storage_host,
-    )  # fmt: skip
-    with Emulator(config) as emu:
+    with emulator_publishing_output(tmp_path_factory.mktemp("emulator"), storage_host, OUTPUT_URI) as emu:
         yield emu
 
 
 @pytest.fixture(scope="module")
-def airflow(emulator: Emulator, storage_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
+def airflow(
+    emulator: tuple[Emulator, str], storage_host: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Airflow]:
     home = tmp_path_factory.mktemp("airflow-live-output")
     (home / "dags").mkdir()
     shutil.copy(DAG_FILE, home / "dags")
-    mount = emulator.config.mount()
-    assert mount is not None
-    connection = connection_json(emulator, output_uri=OUTPUT_URI, output_cluster_path=mount.cluster_dir)
+    _, connection = emulator
     components = ["api-server", "scheduler", "dag-processor", "triggerer"]
     env = {"AIRFLOW_CONN_SLURM_JOB_API_DEFAULT": connection, "STORAGE_EMULATOR_HOST": storage_host}
     with running(home, components, **env) as deployment:

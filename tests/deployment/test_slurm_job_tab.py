@@ -24,10 +24,9 @@ from typing import Any
 import pytest
 import requests
 
-from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
-from tests.conftest import connection_json
+from airflow_provider_slurmapi.emulator import Emulator
 from tests.deployment.airflow_services import AIRFLOW, Airflow, RestApi, require_airflow_3, running, wait_for
-from tests.storage import BUCKET
+from tests.storage import BUCKET, emulator_publishing_output
 
 pytestmark = pytest.mark.deployment
 
@@ -50,26 +49,19 @@ def _requirements() -> None:
 
 
 @pytest.fixture(scope="module")
-def emulator(tmp_path_factory: pytest.TempPathFactory, storage_host: str) -> Iterator[Emulator]:
-    work = tmp_path_factory.mktemp("emulator")
-    mount = work / "cluster-output"
-    mount.mkdir()
-    config = EmulatorConfig(
-        min_job_age=1.0, key_file=work / "key.json", state_dir=work / "jobs",
-        output_mount=f"{mount}={OUTPUT_URI}", storage_host=storage_host,
-    )  # fmt: skip
-    with Emulator(config) as emu:
+def emulator(tmp_path_factory: pytest.TempPathFactory, storage_host: str) -> Iterator[tuple[Emulator, str]]:
+    with emulator_publishing_output(tmp_path_factory.mktemp("emulator"), storage_host, OUTPUT_URI) as emu:
         yield emu
 
 
 @pytest.fixture(scope="module")
-def airflow(emulator: Emulator, storage_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
+def airflow(
+    emulator: tuple[Emulator, str], storage_host: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Airflow]:
     home = tmp_path_factory.mktemp("airflow-slurm-tab")
     (home / "dags").mkdir()
     shutil.copy(DAG_FILE, home / "dags")
-    mount = emulator.config.mount()
-    assert mount is not None
-    connection = connection_json(emulator, output_uri=OUTPUT_URI, output_cluster_path=mount.cluster_dir)
+    _, connection = emulator
 
     def add_connection(deployment: Airflow) -> None:  # in the database, where deployments keep them
         command = [AIRFLOW, "connections", "add", "slurm_job_api_default", "--conn-json", connection]
