@@ -12,7 +12,7 @@ import pytest
 from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
 from tests import real_slurm as real_slurm_support
 from tests.real_slurm import RealSlurm
-from tests.storage import BUCKET, storage_stand_in
+from tests.storage import BUCKET, emulator_publishing_output, storage_stand_in
 
 PROJECT, REGION, CLUSTER = "test-project", "us-central1", "test-cluster"
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm-24.11.5"
@@ -59,6 +59,15 @@ def storage_host() -> Iterator[str]:
     emulator's output mount, with the output bucket created (as a real deployment has it)."""
     with storage_stand_in(bucket=BUCKET) as stand_in:
         yield stand_in.url
+
+
+@pytest.fixture(scope="module")
+def publishing_emulator(tmp_path_factory: pytest.TempPathFactory, storage_host: str) -> Iterator[tuple[Emulator, str]]:
+    """The emulator whose jobs write under a mount it publishes to the storage stand-in, and the
+    connection JSON that reads their output there."""
+    work = tmp_path_factory.mktemp("publishing-emulator")
+    with emulator_publishing_output(work, storage_host, f"gs://{BUCKET}/airflow") as published:
+        yield published
 
 
 @pytest.fixture(autouse=True, scope="session")

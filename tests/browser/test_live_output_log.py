@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,14 +18,12 @@ import pytest
 
 from airflow_provider_slurmapi.emulator import Emulator
 from tests.browser.test_connection_form import CHROMIUM, CHROMIUM_ARGS, require_chromium
-from tests.deployment.airflow_services import USER, Airflow, RestApi, require_airflow_3, running, wait_for
-from tests.storage import BUCKET, emulator_publishing_output
+from tests.deployment.airflow_services import USER, Airflow, RestApi, airflow_home, require_airflow_3, running, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.deployment]
 
 DAG_FILE = Path(__file__).parents[1] / "deployment" / "dags" / "slurm_live_output.py"
 DAG_ID, TASK_ID, RUN_ID = "slurm_live_output", "train", "live-output-1"
-OUTPUT_URI = f"gs://{BUCKET}/airflow"
 SCREENSHOT_NAME = "live-output-task-log.png"
 VIEWPORT = {"width": 1400, "height": 900}
 STDOUT_LINE = re.compile(r"\[job (\d+) stdout\] step (\d+)")
@@ -40,20 +37,11 @@ def _requirements() -> None:
 
 
 @pytest.fixture(scope="module")
-def emulator(tmp_path_factory: pytest.TempPathFactory, storage_host: str) -> Iterator[tuple[Emulator, str]]:
-    """Jobs write their output under a mount that the emulator publishes to the storage stand-in."""
-    with emulator_publishing_output(tmp_path_factory.mktemp("emulator"), storage_host, OUTPUT_URI) as emu:
-        yield emu
-
-
-@pytest.fixture(scope="module")
 def airflow(
-    emulator: tuple[Emulator, str], storage_host: str, tmp_path_factory: pytest.TempPathFactory
+    publishing_emulator: tuple[Emulator, str], storage_host: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Airflow]:
-    home = tmp_path_factory.mktemp("airflow-live-output")
-    (home / "dags").mkdir()
-    shutil.copy(DAG_FILE, home / "dags")
-    _, connection = emulator
+    home = airflow_home(tmp_path_factory, "airflow-live-output", DAG_FILE)
+    _, connection = publishing_emulator
     components = ["api-server", "scheduler", "dag-processor", "triggerer"]
     env = {"AIRFLOW_CONN_SLURM_JOB_API_DEFAULT": connection, "STORAGE_EMULATOR_HOST": storage_host}
     with running(home, components, **env) as deployment:

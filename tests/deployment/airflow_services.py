@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -47,6 +48,15 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def airflow_home(tmp_path_factory: pytest.TempPathFactory, name: str, *dag_files: Path) -> Path:
+    """A new AIRFLOW_HOME whose dags folder holds ``dag_files``."""
+    home = tmp_path_factory.mktemp(name)
+    (home / "dags").mkdir()
+    for dag_file in dag_files:
+        shutil.copy(dag_file, home / "dags")
+    return home
 
 
 def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.5) -> T:

@@ -10,7 +10,6 @@ tell the two apart.
 from __future__ import annotations
 
 import re
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from tests.deployment.airflow_services import (
     Airflow,
     Airflow2,
     RestApi,
+    airflow_home,
     require_airflow_2,
     running,
     stop_process_group,
@@ -45,9 +45,7 @@ def _requirements() -> None:
 
 @pytest.fixture(scope="module")
 def airflow(emulator: Emulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
-    home = tmp_path_factory.mktemp("airflow2-deployment")
-    (home / "dags").mkdir()
-    shutil.copy(Path(__file__).parent / "dags" / "slurm_airflow2.py", home / "dags")
+    home = airflow_home(tmp_path_factory, "airflow2-deployment", Path(__file__).parent / "dags" / "slurm_airflow2.py")
     components = ["webserver", "scheduler", "triggerer"]
     connection = connection_json(emulator)
     with running(home, components, kind=Airflow2, AIRFLOW_CONN_SLURM_JOB_API_DEFAULT=connection) as deployment:

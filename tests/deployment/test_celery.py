@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import subprocess
 import time
 from collections import Counter
@@ -31,6 +30,7 @@ from tests.deployment.airflow_services import (
     AIRFLOW,
     Airflow,
     RestApi,
+    airflow_home,
     free_port,
     require_airflow_3,
     running,
@@ -67,9 +67,7 @@ def airflow(
     postgres: Postgres, redis: str, emulator: Emulator, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Airflow]:
     started = time.monotonic()
-    home = tmp_path_factory.mktemp("airflow-celery")
-    (home / "dags").mkdir()
-    shutil.copy(DAGS / "slurm_celery.py", home / "dags")
+    home = airflow_home(tmp_path_factory, "airflow-celery", DAGS / "slurm_celery.py")
     (home / "worker_name.py").write_text(HOSTNAME_MODULE)
     settings = {
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres.url,

@@ -7,7 +7,6 @@ store on Airflow 3.3 and in an Airflow Variable on 3.1 and 3.2.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from tests.conftest import connection_json
 from tests.deployment.airflow_services import (
     BLOCKED_LOOP_WARNING,
     Airflow,
+    airflow_home,
     require_airflow_3,
     running,
     stop_process_group,
@@ -46,9 +46,7 @@ def _requirements() -> None:
 
 @pytest.fixture(scope="module")
 def airflow(postgres: Postgres, emulator: Emulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
-    home = tmp_path_factory.mktemp("airflow-job-events")
-    (home / "dags").mkdir()
-    shutil.copy(DAG_FILE, home / "dags")
+    home = airflow_home(tmp_path_factory, "airflow-job-events", DAG_FILE)
     components = ["api-server", "scheduler", "dag-processor", "triggerer"]
     settings = {
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres.url,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,15 +24,21 @@ import pytest
 import requests
 
 from airflow_provider_slurmapi.emulator import Emulator
-from tests.deployment.airflow_services import AIRFLOW, Airflow, RestApi, require_airflow_3, running, wait_for
-from tests.storage import BUCKET, emulator_publishing_output
+from tests.deployment.airflow_services import (
+    AIRFLOW,
+    Airflow,
+    RestApi,
+    airflow_home,
+    require_airflow_3,
+    running,
+    wait_for,
+)
 
 pytestmark = pytest.mark.deployment
 
 REPO = Path(__file__).parents[2]
 DAG_FILE = Path(__file__).parent / "dags" / "slurm_job_tab.py"
 DAG_ID = "slurm_job_tab"
-OUTPUT_URI = f"gs://{BUCKET}/airflow"
 USERS = {"admin": "admin", "viewer": "viewer", "outsider": "op"}
 TAB = "/slurm-job"
 VIEWPORT = {"width": 1400, "height": 1000}
@@ -49,19 +54,11 @@ def _requirements() -> None:
 
 
 @pytest.fixture(scope="module")
-def emulator(tmp_path_factory: pytest.TempPathFactory, storage_host: str) -> Iterator[tuple[Emulator, str]]:
-    with emulator_publishing_output(tmp_path_factory.mktemp("emulator"), storage_host, OUTPUT_URI) as emu:
-        yield emu
-
-
-@pytest.fixture(scope="module")
 def airflow(
-    emulator: tuple[Emulator, str], storage_host: str, tmp_path_factory: pytest.TempPathFactory
+    publishing_emulator: tuple[Emulator, str], storage_host: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Airflow]:
-    home = tmp_path_factory.mktemp("airflow-slurm-tab")
-    (home / "dags").mkdir()
-    shutil.copy(DAG_FILE, home / "dags")
-    _, connection = emulator
+    home = airflow_home(tmp_path_factory, "airflow-slurm-tab", DAG_FILE)
+    _, connection = publishing_emulator
 
     def add_connection(deployment: Airflow) -> None:  # in the database, where deployments keep them
         command = [AIRFLOW, "connections", "add", "slurm_job_api_default", "--conn-json", connection]

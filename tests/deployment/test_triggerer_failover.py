@@ -25,7 +25,6 @@ Each case prints its figures (run with ``-s`` to see them).
 from __future__ import annotations
 
 import contextlib
-import shutil
 import signal
 import subprocess
 import time
@@ -43,7 +42,15 @@ from airflow_provider_slurmapi.emulator import Emulator, LoggedCall
 from airflow_provider_slurmapi.get_provider_info import CONN_FIELDS
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_3_PLUS
 from tests.conftest import CLUSTER, PROJECT, REGION, connection_json
-from tests.deployment.airflow_services import Airflow, RestApi, free_port, require_airflow_3, running, wait_for
+from tests.deployment.airflow_services import (
+    Airflow,
+    RestApi,
+    airflow_home,
+    free_port,
+    require_airflow_3,
+    running,
+    wait_for,
+)
 from tests.deployment.postgres import Postgres
 
 pytestmark = pytest.mark.deployment
@@ -63,9 +70,7 @@ def _requirements() -> None:
 
 @pytest.fixture(scope="module")
 def airflow(postgres: Postgres, emulator: Emulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
-    home = tmp_path_factory.mktemp("airflow-postgres")
-    (home / "dags").mkdir()
-    shutil.copy(DAGS / "slurm_fleet.py", home / "dags")
+    home = airflow_home(tmp_path_factory, "airflow-postgres", DAGS / "slurm_fleet.py")
     settings = {
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres.url,
         "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": str(HEALTH_CHECK_THRESHOLD),
