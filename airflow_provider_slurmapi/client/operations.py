@@ -269,8 +269,7 @@ def job_history(api: ApiSettings, job_id: object) -> Operation[JobHistory]:
     """The job's live records and all its runs in accounting: two reads, whatever its state.
     ``JobNotFoundError`` when neither knows it."""
     job_id = validate_job_id(job_id)
-    reply = yield from request(SlurmCall("GET", api.paths.job(job_id), accept_status=(404,)))
-    live = [] if reply.status == 404 else list(_records(reply))
+    live = yield from _read_records(api, job_id, RecordSource.LIVE)
     try:
         reply = yield from request(SlurmCall("GET", api.paths.accounting_job(job_id)))
     except SlurmJobApiError as error:  # accounting lags, or the cluster has none: the live record still tells

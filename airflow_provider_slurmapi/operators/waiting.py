@@ -100,9 +100,10 @@ class SlurmWaitingOperator(SlurmBaseOperator):
         """The output arguments over the connection's ``output_uri`` and ``output_cluster_path``."""
         return self.hook.resolve_output_settings(**self._output_arguments)
 
-    def show_job(self, context: Context, job_id: str) -> None:
+    def show_job(self, context: Context, job_id: str, live_folder: str | None = None) -> None:
         """XCom ``job_id``, and how to reach the job (``slurm_connection``: the connection's ID and
-        names, no secret), for the Slurm job tab of Airflow 3.1+'s UI."""
+        names, no secret), for the Slurm job tab of Airflow 3.1+'s UI. ``live_folder``: the try's
+        output folder, whose tag names the pieces a job this try submitted publishes."""
         from airflow_provider_slurmapi.ui.task_job import CONNECTION_XCOM, JOB_ID_XCOM
 
         ti = context["ti"]
@@ -111,10 +112,10 @@ class SlurmWaitingOperator(SlurmBaseOperator):
             "connection": self.hook_kwargs,
             "output": {"uri": self.output_uri, "cluster_path": self.output_cluster_path},
         }
-        if live := getattr(self, "_live_folders", None):  # the submit operator's, with live output on
+        if live_folder:
             from airflow_provider_slurmapi.client.live_output import folder_tag
 
-            access["live_tag"] = folder_tag(live[1])
+            access["live_tag"] = folder_tag(live_folder)
         ti.xcom_push(key=CONNECTION_XCOM, value=access)
 
     def finish_job(self, context: Context, status: JobStatus, *, live_shown: dict[str, int] | None = None) -> None:

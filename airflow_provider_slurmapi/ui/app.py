@@ -131,7 +131,9 @@ def create_app() -> FastAPI:
             reading, message = _read(task_job)
             if reading is not None:
                 view = _view(reading, task_job.job_id)
-                message = reading.output_problem
+                accounting = reading.history.accounting_problem
+                notes = [reading.output_problem, accounting and f"Accounting could not be read: {accounting}"]
+                message = " ".join(note for note in notes if note) or None
                 # relative to this page: right behind a proxy too, whatever host and scheme it shows
                 cancel_url = f"cancel?{request.query_params}"
                 context = PageContext(

@@ -10,9 +10,11 @@ read elsewhere, this decides what they say.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from airflow_provider_slurmapi.client.arrays import lead_record
 from airflow_provider_slurmapi.client.jobs import INTERRUPTION_CAUSES, NO_STATE, JobStatus
 from airflow_provider_slurmapi.client.records import accounting_record_id, live_record_id, number
 from airflow_provider_slurmapi.client.requeue import latest_runs
@@ -144,18 +146,28 @@ def _unknown(job_id: str, cluster: str, now: float) -> JobView:
 
 
 def _live_record(job_id: str, live: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The live record of ``job_id``; of an array or a het job asked by another ID, the first."""
+    """The live record of ``job_id``; of an array or a het job asked by another ID, the one that
+    speaks for it (see ``_lead``)."""
     matching = [record for record in live if live_record_id(record) == job_id]
-    return matching[0] if matching else (live[0] if live else None)
+    return matching[0] if matching else (_lead(live, JobStatus.from_slurm) if live else None)
 
 
 def _accounting_records(job_id: str, accounting: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every run's record of ``job_id``; of an array or a het job asked by another ID, those of the first."""
+    """Every run's record of ``job_id``; of an array or a het job asked by another ID, those of the
+    record that speaks for it (see ``_lead``)."""
     matching = [record for record in accounting if accounting_record_id(record) == job_id]
     if matching or not accounting:
         return matching
-    first = accounting_record_id(accounting[0])
-    return [record for record in accounting if accounting_record_id(record) == first]
+    lead = accounting_record_id(_lead(latest_runs(accounting), JobStatus.from_slurmdb))
+    return [record for record in accounting if accounting_record_id(record) == lead]
+
+
+def _lead(records: list[dict[str, Any]], status_of: Callable[[dict[str, Any]], JobStatus]) -> dict[str, Any]:
+    """The record that speaks for a whole array, as the waits decide (``arrays.lead_record``): an
+    active task's while any is, else a failed one's."""
+    statuses = [status_of(record) for record in records]
+    lead = lead_record(statuses)
+    return next(record for record, status in zip(records, statuses, strict=True) if status is lead)
 
 
 # --- the runs ------------------------------------------------------------------------------------

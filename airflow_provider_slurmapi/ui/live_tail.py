@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from airflow_provider_slurmapi.client.live_output import STREAM_NAMES, LiveFollower, Piece, listing_offset
-from airflow_provider_slurmapi.client.output import job_lines, split_lines
+from airflow_provider_slurmapi.client.output import job_lines, last_lines
 from airflow_provider_slurmapi.hooks.live_reader import live_folder
 
 if TYPE_CHECKING:
@@ -27,22 +27,24 @@ def live_tails(store: ObjectStore, within: str, job_id: str, tag: str, since: in
     published since ``since`` (epoch seconds, the run's start)."""
     names = store.names_from(live_folder(within), listing_offset(since - LiveFollower.SKEW))
     owner = LiveFollower(job=job_id, tag=tag)
-    pieces = [piece for piece in map(Piece.parse, names) if piece is not None and owner.owns(piece)]
+    # an array's tasks publish streams of their own (155_1, 155_2): one of them is no job's stream
+    pieces = [piece for piece in map(Piece.parse, names) if piece and owner.owns(piece) and piece.job == job_id]
     if not pieces:
         return {}
     run = max(piece.run for piece in pieces)
     tails = {}
     for stream, name in STREAM_NAMES.items():
-        newest = sorted((p for p in pieces if p.run == run and p.stream == stream), key=lambda p: (p.job, p.seq))
-        text, from_the_start = _read_newest(store, within, newest[-PIECES_PER_STREAM:])
+        newest = sorted((p for p in pieces if p.run == run and p.stream == stream), key=lambda p: p.seq)
+        data, from_the_start = _read_newest(store, within, newest[-PIECES_PER_STREAM:])
+        text, _ = last_lines(data, lines=LINES_PER_STREAM, started_mid_file=not from_the_start)
         if text:
-            tails[name] = _last_lines(text, from_the_start=from_the_start)
+            tails[name] = "\n".join(job_lines(text, ""))
     return tails
 
 
-def _read_newest(store: ObjectStore, within: str, pieces: list[Piece]) -> tuple[str, bool]:
-    """The newest of the pieces that fit in ``BYTES_PER_STREAM``, as text in order; whether it
-    starts at the stream's start."""
+def _read_newest(store: ObjectStore, within: str, pieces: list[Piece]) -> tuple[bytes, bool]:
+    """The newest of the pieces that fit in ``BYTES_PER_STREAM``, in order; whether they start at
+    the stream's start."""
     chunks: list[bytes] = []
     left, first = BYTES_PER_STREAM, None
     for piece in reversed(pieces):
@@ -51,12 +53,4 @@ def _read_newest(store: ObjectStore, within: str, pieces: list[Piece]) -> tuple[
             break  # the older pieces do not fit: the text starts after them
         chunks.insert(0, data)
         left, first = left - len(data), piece
-    text = b"".join(chunks).decode("utf-8", errors="replace")
-    return text, first is not None and first.seq == 0
-
-
-def _last_lines(text: str, *, from_the_start: bool) -> str:
-    lines = split_lines(text)
-    if not from_the_start and lines:
-        lines = lines[1:]  # what comes before the first newline may be the end of an older line
-    return "\n".join(job_lines("\n".join(lines[-LINES_PER_STREAM:]) + "\n", "")) if lines else ""
+    return b"".join(chunks), first is not None and first.seq == 0

@@ -9,8 +9,8 @@ period) from ``data-`` attributes. No external resource: the policy of
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
+from html import escape as _e  # quotes too: safe in attributes
 
 from airflow_provider_slurmapi.ui.job_view import JobView, Run, duration_text, utc_text
 from airflow_provider_slurmapi.ui.timeline import end_kind, timeline_svg
@@ -241,10 +241,6 @@ def _cancel(view: JobView, context: PageContext) -> str:
         '<button type="button" id="cancel-no">Keep it running</button></span>'
         '<p id="cancel-result" role="status" aria-live="polite"></p></section>'
     )
-
-
-def _e(text: str) -> str:
-    return html.escape(text, quote=True)
 
 
 # --- the constant style and script -----------------------------------------------------------------

@@ -52,13 +52,13 @@ def find_task_job(session: Session, dag_id: str, run_id: str, task_id: str, map_
     from airflow.models.xcom import XComModel
 
     query = XComModel.get_many(run_id=run_id, dag_ids=dag_id, task_ids=task_id, map_indexes=map_index)
+    query = query.where(XComModel.key.in_((JOB_ID_XCOM, CONNECTION_XCOM, OUTPUT_LINK_XCOM)))
     rows: list[Any] = list(session.scalars(query))
     values = {row.key: XComModel.deserialize_value(row) for row in rows}
-    job_id = values.get(JOB_ID_XCOM)
-    if not isinstance(job_id, (str, int)) or isinstance(job_id, bool):
+    job_id, access = values.get(JOB_ID_XCOM), values.get(CONNECTION_XCOM)
+    # other operators push a job_id too: only ours push slurm_connection with it
+    if not isinstance(job_id, (str, int)) or isinstance(job_id, bool) or not isinstance(access, dict):
         return None
-    access = values.get(CONNECTION_XCOM)
-    access = access if isinstance(access, dict) else {}  # a task of an older release: the default connection
     link = values.get(OUTPUT_LINK_XCOM)
     return TaskJob(
         job_id=str(job_id),

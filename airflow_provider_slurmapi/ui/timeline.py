@@ -8,9 +8,9 @@ lists come from the cluster.
 
 from __future__ import annotations
 
-import html
 import math
 from dataclasses import dataclass
+from html import escape as _e  # quotes too: safe in attributes
 
 from airflow_provider_slurmapi.ui.job_view import JobView, Run, duration_text, utc_text
 
@@ -296,10 +296,6 @@ def _end_marker(frame: _Frame, run: Run, end_state: str, ended: int, middle: flo
 def end_kind(end_state: str) -> str:
     """The colour family of an end: completed, failed, cancelled, requeued or other."""
     return END_KINDS.get(end_state, "other")
-
-
-def _e(text: str) -> str:
-    return html.escape(text, quote=True)
 
 
 def _n(value: float) -> str:

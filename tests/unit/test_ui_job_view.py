@@ -264,3 +264,12 @@ def test_duration_text(seconds: float, text: str) -> None:
 def test_utc_text() -> None:
     assert utc_text(0) == "1970-01-01 00:00:00"
     assert utc_text(1796055031, "%H:%M") == "16:10"
+
+
+def test_an_array_asked_by_its_id_is_active_while_any_task_is() -> None:
+    live = [record for record in records("job_array_partly_pending.json") if record["job_state"] != ["PENDING"]]
+    live[0]["job_state"] = ["COMPLETED"]  # the task listed first has ended, the other one still runs
+    view = build_job_view("155", "a3", live, [], NOW)
+    assert (view.state, view.is_active) == ("RUNNING", True)
+    live[1]["job_state"] = ["FAILED"]  # once all have ended, a failed task speaks for the array
+    assert build_job_view("155", "a3", live, [], NOW).state == "FAILED"

@@ -50,3 +50,17 @@ def test_lines_are_made_inert_as_in_the_task_log(tmp_path: Path) -> None:
 
 def test_nothing_published_yet(tmp_path: Path) -> None:
     assert live_tails(store(), tmp_path.as_uri(), "7", TAG, START) == {}
+
+
+def test_an_array_tasks_streams_are_not_the_jobs(tmp_path: Path) -> None:
+    publish(tmp_path, "7_1", 0, "out", ["task 1\n"])
+    publish(tmp_path, "7_2", 0, "out", ["task 2\n"])
+    assert live_tails(store(), tmp_path.as_uri(), "7", TAG, START) == {}
+    publish(tmp_path, "7", 0, "out", ["the job's own\n"])
+    assert live_tails(store(), tmp_path.as_uri(), "7", TAG, START) == {"stdout": "the job's own"}
+
+
+def test_a_line_longer_than_what_is_read_keeps_its_end(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(live_tail, "PIECES_PER_STREAM", 1)
+    publish(tmp_path, "7", 0, "out", ["start\n", "the end of a line that has not ended"])
+    assert live_tails(store(), tmp_path.as_uri(), "7", TAG, START) == {"stdout": "the end of a line that has not ended"}

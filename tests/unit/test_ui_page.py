@@ -182,6 +182,15 @@ def test_content_security_policy() -> None:
     )
 
 
+def test_every_script_of_the_page_is_the_one_the_policy_allows() -> None:
+    page = render_page(pending_view(), context(nonce="n0nce"))
+    scripts = re.findall(r"<script\b[^>]*>", page)
+    assert scripts == ['<script nonce="n0nce">']
+    policy = dict(directive.split(" ", 1) for directive in content_security_policy("n0nce").split("; "))
+    assert policy["script-src"] == "'nonce-n0nce'" and policy["default-src"] == "'none'"
+    assert re.search(r"<[^>]*\son[a-z]+=", page) is None  # no inline handler, which the policy would block
+
+
 def test_no_external_resource() -> None:
     page = render_page(finished_view(), context(output_link="https://console.cloud.google.com/x"))
     assert not re.search(r"(src|href)=\"(?!https://console\.cloud\.google\.com/x)", page)
