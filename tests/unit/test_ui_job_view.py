@@ -219,7 +219,7 @@ def test_an_array_task_reads_its_own_records() -> None:
     view = build_job_view("155_1", "a3", live, accounting, NOW)
     assert (view.state, view.nodes) == ("RUNNING", "node1")
     assert len(view.runs) == 1
-    # asked by the array's ID, the first record stands for it (the tasks not started yet)
+    # asked by the array's ID, the record that speaks for it: the meta record of the tasks not started yet
     assert build_job_view("155", "a3", live, accounting, NOW).state == "PENDING"
 
 
