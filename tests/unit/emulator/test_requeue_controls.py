@@ -25,7 +25,7 @@ SCRIPT = (
     'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then sleep 0.3; echo done; exit 0; fi\n'
     "sleep 30\n"
 )
-SHORT = "#!/bin/bash\nsleep 0.3\n"
+SHORT = "#!/bin/bash\nsleep 1\n"  # long enough for a 50 ms poll to see it run on a loaded machine
 # the fields compared with real Slurm (tests/scenarios/test_reply_shapes.py), where the emulator plays it
 LIVE_FIELDS = (*JOB_STATE_FIELDS, "requeue", "restart_cnt", "failed_node")
 DB_FIELDS = ("state", "exit_code", "derived_exit_code", "flags", "hold", "priority", "restart_cnt")
