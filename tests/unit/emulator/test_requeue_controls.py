@@ -182,13 +182,18 @@ def test_requeuehold_waits_for_release(played: dict[str, Played]) -> None:
     )
     timeline = job.timeline()
     assert (("PENDING",), "JobHeldUser", 1) in timeline
-    # released: reason None until the scheduler's next pass, then BeginTime as after any requeue
-    assert timeline[-4:] == [
+    # released: reason None until the scheduler's next pass, then BeginTime as after any requeue;
+    # a 50 ms poll on a loaded machine may miss one of these brief pending states, never the order
+    released = [
         (("PENDING",), "None", 1),
         (("PENDING",), "BeginTime", 1),
         (("RUNNING",), "None", 1),
         (("COMPLETED",), "None", 1),
     ]
+    after_hold = timeline[len(timeline) - timeline[::-1].index((("PENDING",), "JobHeldUser", 1)) :]
+    assert after_hold[-2:] == released[-2:] and all(state in released for state in after_hold), timeline
+    assert [released.index(state) for state in after_hold] == sorted({released.index(s) for s in after_hold})
+    assert (("PENDING",), "BeginTime", 1) in after_hold or (("PENDING",), "None", 1) in after_hold
     final = job.db[-1]
     assert [(r["state"]["current"], r["hold"]) for r in final] == [
         (["PENDING", "REQUEUED"], False),
