@@ -267,9 +267,7 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         record.write(self.job_id, self._result_key(submission, record))
         cluster = self.hook.cluster.cluster_id
         self.log.info("Slurm job %s on cluster %s: %s (%s)", self.job_id, cluster, submission.outcome, key)
-        # a reattached or adopted job publishes under the tag of the try that submitted it, if at all
-        live = self._live_folders if submission.outcome == Outcome.SUBMITTED else None
-        self.show_job(context, self.job_id, live_folder=live and live[1])
+        self.show_job(context, self.job_id)
         if submission.outcome == Outcome.SUBMITTED and "array" not in job and job.get("standard_output"):
             # the link works while the job runs (a reattached job wrote where an earlier try said)
             self.show_output_link(

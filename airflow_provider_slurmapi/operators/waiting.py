@@ -100,22 +100,18 @@ class SlurmWaitingOperator(SlurmBaseOperator):
         """The output arguments over the connection's ``output_uri`` and ``output_cluster_path``."""
         return self.hook.resolve_output_settings(**self._output_arguments)
 
-    def show_job(self, context: Context, job_id: str, live_folder: str | None = None) -> None:
+    def show_job(self, context: Context, job_id: str) -> None:
         """XCom ``job_id``, and how to reach the job (``slurm_connection``: the connection's ID and
-        names, no secret), for the Slurm job tab of Airflow 3.1+'s UI. ``live_folder``: the try's
-        output folder, whose tag names the pieces a job this try submitted publishes."""
+        names, no secret), for the Slurm job tab of Airflow 3.1+'s UI, which trusts them only as
+        far as ``ui.trust`` says."""
         from airflow_provider_slurmapi.ui.task_job import CONNECTION_XCOM, JOB_ID_XCOM
 
         ti = context["ti"]
         ti.xcom_push(key=JOB_ID_XCOM, value=job_id)
-        access: dict[str, Any] = {
+        access = {
             "connection": self.hook_kwargs,
             "output": {"uri": self.output_uri, "cluster_path": self.output_cluster_path},
         }
-        if live_folder:
-            from airflow_provider_slurmapi.client.live_output import folder_tag
-
-            access["live_tag"] = folder_tag(live_folder)
         ti.xcom_push(key=CONNECTION_XCOM, value=access)
 
     def finish_job(self, context: Context, status: JobStatus, *, live_shown: dict[str, int] | None = None) -> None:
