@@ -222,7 +222,9 @@ def create_app() -> FastAPI:
             )
         ended = _end_task_instance(ti)
         try:
-            was_active = hook_for(task_job).cancel_job(task_job.job_id)
+            # the task's own on_kill (its worker or trigger, stopped as for "mark failed") may cancel
+            # the job first: it was still cancelled, if it was active when read just before
+            was_active = hook_for(task_job).cancel_job(task_job.job_id) or _view(reading, task_job.job_id).is_active
         except SlurmJobApiError as error:
             raise HTTPException(502, f"Slurm job {task_job.job_id} could not be cancelled: {error}") from error
         finally:
