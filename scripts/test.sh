@@ -2,8 +2,9 @@
 # Runs the whole test suite on Airflow 3.3 (.venv) and, at the same time, the suites that depend on
 # the Airflow version in every other environment of scripts/environments.sh: Airflow 2.11, 3.1 and
 # 3.2 (unit, integration, system; on 2.11 the deployment test of its kill path, on 3.2 and 3.1 the
-# connection form and the Slurm job tab from the api-server, on 3.1 the triggerer and job-event watcher deployments),
-# every dependency at its floor (unit, system), Python 3.12 and 3.13 (unit), and a Cloud
+# connection form from the api-server and the Slurm job tab's attacks and FAB deployment, on 3.1 the
+# triggerer and job-event watcher deployments), every dependency at its floor (unit, system, the
+# tab's attacks), Python 3.12 and 3.13 (unit), and a Cloud
 # Composer-like image taking the built wheel with plain pip (the example DAG). Three pytest runs go
 # at once (see below). Each environment is installed with uv, once.
 # Extra arguments go to pytest, e.g. scripts/test.sh tests/unit -x: with test paths given they run
@@ -77,6 +78,9 @@ no_airflow_units=(--ignore=tests/unit/emulator --ignore=tests/unit/test_real_slu
 for module in tests/unit/client/test_*.py; do
     [ "$module" = tests/unit/client/test_durable.py ] || no_airflow_units+=("--ignore=$module")
 done
+# the Slurm job tab's attacks, and its authorisation under the FAB auth manager and its cancel in a
+# real deployment (3.3 runs the SimpleAuthManager deployment of tests/deployment besides)
+tab_deployment=tests/security/test_job_tab_deployment.py
 # what depends on the Airflow version, and the deployment test of each version's kill path (the
 # emulator imports nothing of Airflow: its own tests run on 3.3, at the floors and on each Python)
 airflow2_suites=(tests/unit --ignore=tests/unit/emulator tests/integration tests/system
@@ -86,7 +90,7 @@ airflow2_suites=(tests/unit --ignore=tests/unit/emulator tests/integration tests
 failover=tests/deployment/test_triggerer_failover.py
 airflow3_suites=(tests/unit "${no_airflow_units[@]}" tests/integration tests/system
     "$failover::test_the_connection_forms_fields_come_from_the_api_server"
-    tests/deployment/test_slurm_job_tab.py::test_the_tab_follows_the_api_servers_authorisation)
+    tests/security/test_job_tab.py "$tab_deployment")
 # the deployments of the triggerer, the scheduler and the job-event watchers: at both ends of 3.x
 # (3.3 runs them all), on the oldest 3.x here
 airflow3_deployments=(tests/deployment/test_job_events.py
@@ -102,7 +106,7 @@ once_per_major=(--ignore=tests/integration/test_cluster_check.py)
 # separate processes), apart from everything else (the real Slurm's tests among it: one Slurm, in
 # one pytest run); the benchmarks first, beside the CPU-heavy start of the other part (browser,
 # chaos and docs tests).
-apart_on_3_3=(tests/benchmarks tests/deployment)
+apart_on_3_3=(tests/benchmarks tests/deployment "$tab_deployment")
 status=0
 if [ ${#paths[@]} -gt 0 ] || [ "${MATRIX:-yes}" = no ]; then
     .venv/bin/python -m pytest "$@" || status=$?
@@ -141,6 +145,7 @@ stream_2() {
     run ENV_AIRFLOW_3_1 test,deployment "Airflow 3.1" "${not_real[@]}" "${airflow3_suites[@]}" "${airflow3_deployments[@]}" \
         "${once_per_major[@]}" --ignore=tests/system/test_execution_timeout.py
     RESOLUTION=lowest-direct run ENV_LOWEST test "lowest dependencies" "${not_real[@]}" tests/unit tests/system \
+        tests/security/test_job_tab.py \
         --ignore=tests/system/test_execution_timeout.py
     echo "== Cloud Composer-like image"
     scripts/composer-check.sh || status=1
