@@ -106,7 +106,8 @@ class Airflow:
     API = "/api/v2"
 
     def __init__(self, home: Path, users: dict[str, str] | None = None, **env: str) -> None:
-        """``users``: SimpleAuthManager's users and their roles (default: ``admin``, an admin)."""
+        """``users``: SimpleAuthManager's users and their roles (default: ``admin``, an admin); under the
+        FAB auth manager, the FAB roles that ``fab_auth.create_users`` gives them."""
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -184,7 +185,8 @@ class Airflow:
             raise AssertionError(f"Airflow components exited: {dead}")
 
     def token(self, user: str = USER) -> str:
-        """A JWT from SimpleAuthManager's token endpoint, for ``user`` (default: the admin)."""
+        """A JWT from the auth manager's token endpoint, for ``user`` (default: the admin): SimpleAuthManager's
+        and FAB's take the same request."""
         response = requests.post(
             f"{self.url}/auth/token", json={"username": user, "password": self.passwords[user]}, timeout=30
         )
