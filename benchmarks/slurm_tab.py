@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from airflow_provider_slurmapi.ui.trust import TaskRun
 from benchmarks.common import (
     REPO_ROOT,
     EmulatorProcess,
@@ -54,6 +55,7 @@ RUNS = 50
 RUN_SECONDS = 600  # each derived run: 2 min waiting for BeginTime, 8 min running
 READ_WARMUP = 3  # untimed tab reads per job: imports, the connection pool
 STATE_WAIT_SECONDS = 60
+TASK_RUN = TaskRun("bench", "manual__1", "train", -1)  # the task run whose tab shows the jobs
 # a run sleeps until it is requeued, but the job's REQUEUES-th requeue runs to its end at once
 JOB_SCRIPT = """#!/bin/bash
 if [ "${SLURM_RESTART_COUNT:-0}" -lt "$REQUEUES" ]; then exec sleep 600; fi
@@ -180,7 +182,7 @@ def completed_job(emu: EmulatorProcess, workdir: Path, requeues: int) -> str:
         "current_working_directory": str(workdir),
         "environment": ["PATH=/usr/bin:/bin", f"REQUEUES={requeues}"],
     }
-    job_id = hook.submit_job(job, JOB_SCRIPT)
+    job_id = hook.submit_job(job, JOB_SCRIPT, key=TASK_RUN.key)  # the task run's own job, as the operators submit it
     for restarts in range(requeues):
         wait_for(hook, job_id, "RUNNING", restarts)
         emu.requeue(job_id)
@@ -211,7 +213,7 @@ def tab_case(name: str, job_id: str) -> TabCase:
     from airflow_provider_slurmapi.ui.task_job import TaskJob
 
     # what an operator left at its defaults pushes as XCom slurm_connection
-    return TabCase(name, TaskJob(job_id, connection=connection_kwargs({}), output={}))
+    return TabCase(name, TaskJob(TASK_RUN, job_id, connection=connection_kwargs({}), output={}, watches=False))
 
 
 def show_tab(task_job: Any) -> tuple[float, float, Any, str]:
@@ -225,6 +227,8 @@ def show_tab(task_job: Any) -> tuple[float, float, Any, str]:
     start = time.perf_counter()
     reading = read_task_job(task_job)
     read = time.perf_counter()
+    if reading.ownership != "own":  # else the page would show one line, not the job
+        raise SystemExit(f"job {task_job.job_id} is not the task run's own: {reading.ownership}")
     history = reading.history
     view = build_job_view(task_job.job_id, reading.cluster, history.live, history.accounting, time.time())
     # an ended job: no cancel button, no refresh; no output_uri, so no output read, only why
