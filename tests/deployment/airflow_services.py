@@ -38,6 +38,15 @@ def require_airflow_3() -> None:
         pytest.skip(f"needs Airflow 3 (api-server, dag-processor, REST API v2); Airflow {installed} is installed")
 
 
+def require_slurm_tab() -> None:
+    """The Slurm job tab's deployments: an api-server that serves plugins' task instance views."""
+    require_airflow_3()
+    from airflow_provider_slurmapi.ui.plugin import TAB_ENABLED
+
+    if not TAB_ENABLED:
+        pytest.skip("the tab needs Airflow 3.1 or later")
+
+
 def require_airflow_2() -> None:
     installed = version("apache-airflow")
     if int(installed.split(".")[0]) != 2:

@@ -29,7 +29,7 @@ from tests.deployment.airflow_services import (
     Airflow,
     RestApi,
     airflow_home,
-    require_airflow_3,
+    require_slurm_tab,
     running,
     wait_for,
 )
@@ -46,11 +46,7 @@ VIEWPORT = {"width": 1400, "height": 1000}
 
 @pytest.fixture(scope="module", autouse=True)
 def _requirements() -> None:
-    require_airflow_3()
-    from airflow_provider_slurmapi.ui.plugin import TAB_ENABLED
-
-    if not TAB_ENABLED:
-        pytest.skip("the tab needs Airflow 3.1 or later")
+    require_slurm_tab()
 
 
 @pytest.fixture(scope="module")

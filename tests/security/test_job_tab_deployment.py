@@ -25,7 +25,7 @@ import pytest
 import requests
 
 from airflow_provider_slurmapi.emulator import Emulator
-from tests.deployment.airflow_services import AIRFLOW, Airflow, airflow_home, require_airflow_3, running, wait_for
+from tests.deployment.airflow_services import AIRFLOW, Airflow, airflow_home, require_slurm_tab, running, wait_for
 from tests.deployment.fab_auth import FAB_AUTH_MANAGER, create_dag_roles, create_users
 
 pytestmark = pytest.mark.deployment
@@ -49,11 +49,7 @@ ENDPOINTS: list[tuple[str, str, dict[str, Any]]] = [
 
 @pytest.fixture(scope="module", autouse=True)
 def _requirements() -> None:
-    require_airflow_3()
-    from airflow_provider_slurmapi.ui.plugin import TAB_ENABLED
-
-    if not TAB_ENABLED:
-        pytest.skip("the tab needs Airflow 3.1 or later")
+    require_slurm_tab()
 
 
 @pytest.fixture(scope="module")
