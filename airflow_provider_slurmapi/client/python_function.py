@@ -5,11 +5,13 @@ exception with the cluster-side traceback.
 Arguments and the return value travel as JSON. The job writes its outcome to
 ``{result folder}/{job ID}.return.json`` under ``output_cluster_path``, where Airflow reads it at
 ``output_uri``. Whoever may write that location could write that file too, so the runner signs
-what it writes: an HMAC-SHA256, under a random key of the try that submitted the job, of the job ID
-and the outcome. The key travels in the job's environment (which Slurm shows only to the job's
+what it writes: an HMAC-SHA256, under a key of the try that submitted the job, of the job ID and
+the outcome. The key travels in the job's environment (which Slurm shows only to the job's
 owner and administrators), not in the script, which may be staged where others read it; the
-runner takes it out of the environment before the function runs. Airflow keeps the key with the
-job ID (``JobIdRecord``) and takes a result only if its signature is the one that key makes
+runner takes it out of the environment before the function runs. The key is derived from a random
+nonce of the try and the deployment's secret (``result_key``): the job's record (``JobIdRecord``),
+which whoever may read the task run reads too, keeps only the nonce with the job ID, and Airflow
+derives the key again to take a result only if its signature is the one that key makes
 (``FunctionOutcome.verified``). No I/O and no Airflow import here.
 """
 
@@ -158,9 +160,16 @@ def function_script(
     )
 
 
-def new_result_key() -> str:
-    """A try's key to its job's result: random, 256 bits."""
-    return secrets.token_hex(32)
+def new_result_nonce() -> str:
+    """A try's nonce, recorded with its job's ID: random, 128 bits, not secret."""
+    return secrets.token_hex(16)
+
+
+def result_key(secret: str, nonce: str) -> str:
+    """The key a try's runner signs its result with: HMAC-SHA256 of the try's ``nonce`` under the
+    deployment's ``secret``, so that whoever reads the nonce in the record, but not the secret,
+    cannot sign a result."""
+    return hmac.new(secret.encode(), nonce.encode(), hashlib.sha256).hexdigest()
 
 
 def with_result_key(job: dict[str, Any], key: str) -> dict[str, Any]:
@@ -216,7 +225,8 @@ class FunctionOutcome:
             raise UntrustedResultError(
                 location,
                 f"the key of the try that submitted Slurm job {job_id} was not recorded (that try ended before "
-                "its record was written), so the result cannot be checked; clear the task to run the job afresh",
+                "its record was written, or an earlier release wrote a record this one does not take), so the "
+                "result cannot be checked; clear the task to run the job afresh",
             )
         if not hmac.compare_digest(signed["mac"], result_signature(key, job_id, signed["outcome"])):
             raise UntrustedResultError(

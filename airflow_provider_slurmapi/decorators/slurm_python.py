@@ -6,9 +6,10 @@ location when past the request limit); the job writes the return value, or the e
 its traceback, next to its output in its try's folder, where the task reads it: the folder its
 record's output path names, so that a retry that reattaches to, or adopts, an earlier try's job
 reads what that job wrote. What it reads is taken only if it is signed with the key of the try
-that submitted the job (a fresh one per try, in the job's environment, kept in the job's record):
-anyone who may write the output location may write that file too. Importing this module stays
-cheap.
+that submitted the job (a fresh one per try, in the job's environment): anyone who may write the
+output location may write that file too. The key is derived from the try's nonce, which the job's
+record keeps, and the deployment's secret (``result_secret``), which it does not. Importing this
+module stays cheap.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ from airflow_provider_slurmapi.client.python_function import (
     FunctionOutcome,
     check_python,
     function_script,
-    new_result_key,
+    new_result_nonce,
+    result_key,
     with_result_key,
 )
 from airflow_provider_slurmapi.client.submission import Outcome
+from airflow_provider_slurmapi.decorators.result_secret import result_secret
 from airflow_provider_slurmapi.decorators.slurm import SlurmDecoratedOperator, decorator_of
 from airflow_provider_slurmapi.hooks.object_store import ObjectTooLargeError
 from airflow_provider_slurmapi.operators.job import own_output_paths
@@ -68,6 +71,7 @@ class _SlurmPythonDecoratedOperator(SlurmDecoratedOperator):
         self.python = check_python(python)
         self.max_result_bytes = int(checked_number("max_result_bytes", max_result_bytes, low=1, whole=True))
         self._result_keys: dict[str, str | None] = {}  # job ID -> the key its result is signed with
+        self._secret: str | None = None  # the deployment's, read when a key is first derived
         if isinstance(kwargs.get("job"), dict) and "array" in kwargs["job"]:
             raise InvalidRequestError(
                 "job.array", "@task.slurm_python runs one call per job: map the task with .expand"
@@ -76,9 +80,9 @@ class _SlurmPythonDecoratedOperator(SlurmDecoratedOperator):
 
     def execute(self, context: Context) -> Any:
         # a fresh key for the job this try may submit, in its environment, not its script (which
-        # may be staged where others read it); the record keeps it with the job ID for later tries
-        self._new_key = new_result_key()
-        mask_secret(self._new_key)
+        # may be staged where others read it); the record keeps only the nonce it is derived from
+        self._new_nonce = new_result_nonce()
+        self._new_key = self._key_of(self._new_nonce)
         self.job = with_result_key(self.job, self._new_key)
         # the script is code and data, not a template: it is set after the fields were rendered
         self.script = function_script(
@@ -101,13 +105,24 @@ class _SlurmPythonDecoratedOperator(SlurmDecoratedOperator):
         ti = context["ti"]
         return settings.per_try_folder(ti.dag_id, ti.run_id, ti.task_id, getattr(ti, "map_index", -1), ti.try_number)
 
-    def _result_key(self, submission: Submission, record: JobIdRecord) -> str | None:
-        """This try's key for the job it submitted; an earlier try's job's, as its record keeps it."""
+    def _result_nonce(self, submission: Submission, record: JobIdRecord) -> str | None:
+        """This try's nonce for the job it submitted, else the one the record keeps for an earlier
+        try's job; the key it gives is kept to check the job's result."""
         if submission.outcome == Outcome.SUBMITTED:
+            nonce: str | None = self._new_nonce
             key: str | None = self._new_key
         else:
-            key = record.result_key_of(submission.job_id)
+            nonce = record.result_nonce_of(submission.job_id)
+            key = None if nonce is None else self._key_of(nonce)
         self._result_keys[submission.job_id] = key
+        return nonce
+
+    def _key_of(self, nonce: str) -> str:
+        """The result key of the try that drew ``nonce``, derived with the deployment's secret."""
+        if self._secret is None:
+            self._secret = result_secret()
+        key = result_key(self._secret, nonce)
+        mask_secret(key)
         return key
 
     def _finish(self, context: Context, status: JobStatus, *, live_shown: dict[str, int] | None = None) -> Any:
@@ -154,8 +169,9 @@ class _SlurmPythonDecoratedOperator(SlurmDecoratedOperator):
             return None
         if status.job_id in self._result_keys:
             key = self._result_keys[status.job_id]
-        else:  # a try resumed from the triggerer, or a new process: the record keeps the key
-            key = self._job_record(context).result_key_of(status.job_id)
+        else:  # a try resumed from the triggerer, or a new process: the record keeps the nonce
+            nonce = self._job_record(context).result_nonce_of(status.job_id)
+            key = None if nonce is None else self._key_of(nonce)
         return FunctionOutcome.verified(data, location, job_id=status.job_id, key=key)
 
     def _job_result_folder(self, context: Context, job_id: str) -> str:

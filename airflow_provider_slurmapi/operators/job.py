@@ -264,7 +264,7 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
             since=dag_run_start_bound(context),
         )
         self.job_id = submission.job_id
-        record.write(self.job_id, self._result_key(submission, record))
+        record.write(self.job_id, self._result_nonce(submission, record))
         cluster = self.hook.cluster.cluster_id
         self.log.info("Slurm job %s on cluster %s: %s (%s)", self.job_id, cluster, submission.outcome, key)
         self.show_job(context, self.job_id)
@@ -320,8 +320,9 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         output_folder = settings.location_of(folder)  # the try's own files, named when lines are skipped
         return LiveOutputReader(self.hook._object_store(), str(settings.uri), self.live_output, follower, output_folder)
 
-    def _result_key(self, submission: Submission, record: JobIdRecord) -> str | None:
-        """The key to the job's result, recorded with its ID (``@task.slurm_python``); a plain job has none."""
+    def _result_nonce(self, submission: Submission, record: JobIdRecord) -> str | None:
+        """What the key to the job's result is derived from, recorded with its ID (``@task.slurm_python``);
+        a plain job has none."""
         return None
 
     def _may_adopt_completed_job(self, ti: TaskTry) -> bool:

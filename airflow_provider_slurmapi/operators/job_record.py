@@ -17,11 +17,14 @@ The ID is only a lead: ``submit_once`` takes the job it names only if the cluste
 the task run's. A record that cannot be read or written is logged, never fails the task: the key is
 still looked for.
 
-Beside the ID, the same write keeps the key to its job's result (``@task.slurm_python``: the try's
-key its runner signs the result with), so that a retry that reattaches to, or adopts, that job can
-check what it wrote. The value is then ``{"job_id": ..., "result_key": ...}`` (JSON text in a
-Variable); a plain job ID, as earlier versions wrote it, still reads. The key is registered with
-Airflow's secrets masker wherever it is read or written, and never logged.
+Beside the ID, the same write keeps the try's result nonce (``@task.slurm_python``), so that a
+retry that reattaches to, or adopts, that job can derive the key its runner signed the result with
+and check what it wrote. The value is then ``{"job_id": ..., "result_nonce": ...}`` (JSON text in a
+Variable); a plain job ID, as earlier versions wrote it, still reads. The record holds no key:
+whoever may read the task instance reads the task state store, and whoever may read Variables reads
+the Variable, unmasked. The key is derived from the nonce with the deployment's secret, kept apart
+(``decorators/result_secret.py``); a record with a ``result_key`` instead, as an earlier release
+wrote it, gives no nonce, and its job's result is refused.
 """
 
 from __future__ import annotations
@@ -36,7 +39,6 @@ from airflow.providers.common.compat.sdk import TaskDeferred
 
 from airflow_provider_slurmapi.client.paths import validate_job_id
 from airflow_provider_slurmapi.client.submission import KEY_PREFIX
-from airflow_provider_slurmapi.version_compat import mask_secret
 from airflow_provider_slurmapi.version_compat import variables as _variables
 
 log = logging.getLogger(__name__)
@@ -61,16 +63,16 @@ def _text(value: object) -> str | None:
 
 
 def _entry(value: object) -> tuple[str | None, str | None]:
-    """(job ID, result key) of a recorded value: a plain ID, or the JSON object (a dict in the task
-    state store, its text in a Variable) that carries a result key too."""
+    """(job ID, result nonce) of a recorded value: a plain ID, or the JSON object (a dict in the task
+    state store, its text in a Variable) that carries a result nonce too."""
     if isinstance(value, str) and value.startswith("{"):
         try:
             value = json.loads(value)
         except ValueError:
             return None, None
     if isinstance(value, dict):
-        key = value.get("result_key")
-        return _text(value.get("job_id")), key if isinstance(key, str) and key else None
+        nonce = value.get("result_nonce")
+        return _text(value.get("job_id")), nonce if isinstance(nonce, str) and nonce else None
     return _text(value), None
 
 
@@ -94,7 +96,7 @@ class JobIdRecord:
         self.key = key
         self.variable = VARIABLE_PREFIX + key.removeprefix(KEY_PREFIX)
         self._recorded: str | None = None
-        self._result_key: str | None = None  # recorded with _recorded
+        self._result_nonce: str | None = None  # recorded with _recorded
         self._known = False  # whether _recorded is what the Variable holds (else: unknown, resumed try)
 
     @property
@@ -119,14 +121,14 @@ class JobIdRecord:
             return None
         return _job_id(self._recorded, self.where)
 
-    def result_key_of(self, job_id: str) -> str | None:
-        """The result key recorded with ``job_id``; None if none was, or the record names another job."""
+    def result_nonce_of(self, job_id: str) -> str | None:
+        """The result nonce recorded with ``job_id``; None if none was, or the record names another job."""
         if not self._known:
             self._load("its result cannot be checked")
-        return self._result_key if self._recorded == job_id else None
+        return self._result_nonce if self._recorded == job_id else None
 
     def _load(self, otherwise: str) -> bool:
-        """Read the record into ``_recorded`` and ``_result_key``; False (logged) if it cannot be read."""
+        """Read the record into ``_recorded`` and ``_result_nonce``; False (logged) if it cannot be read."""
         try:
             if self._store is not None:
                 value = self._store.get(STATE_STORE_KEY)
@@ -135,23 +137,19 @@ class JobIdRecord:
         except Exception as error:
             log.warning("Cannot read %s (%s): %s", self.where, otherwise, error)
             return False
-        self._recorded, self._result_key = _entry(value)
+        self._recorded, self._result_nonce = _entry(value)
         self._known = self._store is None  # the task state store is read each time, as ever
-        if self._result_key is not None:
-            mask_secret(self._result_key)
         return True
 
-    def write(self, job_id: str, result_key: str | None = None) -> None:
-        """Record ``job_id``, and the key to its result if it has one, for the next tries (nothing
-        to do when they are what is already recorded)."""
-        if result_key is not None:
-            mask_secret(result_key)
-        entry = {"job_id": job_id, "result_key": result_key} if result_key is not None else None
+    def write(self, job_id: str, result_nonce: str | None = None) -> None:
+        """Record ``job_id``, and its result nonce if it has one, for the next tries (nothing to do
+        when they are what is already recorded)."""
+        entry = {"job_id": job_id, "result_nonce": result_nonce} if result_nonce is not None else None
         if self._store is not None:
             self._store.set(STATE_STORE_KEY, entry or job_id)
-            self._recorded, self._result_key = job_id, result_key
+            self._recorded, self._result_nonce = job_id, result_nonce
             return
-        if self._known and (job_id, result_key) == (self._recorded, self._result_key):
+        if self._known and (job_id, result_nonce) == (self._recorded, self._result_nonce):
             return
         ti = self.ti
         description = (
@@ -169,7 +167,7 @@ class JobIdRecord:
                 error,
             )
             return
-        self._recorded, self._result_key, self._known = job_id, result_key, True
+        self._recorded, self._result_nonce, self._known = job_id, result_nonce, True
 
     def forget(self) -> None:
         """Delete the Variable, if there may be one (the task state store is Airflow's to keep)."""
@@ -180,7 +178,7 @@ class JobIdRecord:
         except Exception as error:
             log.warning("Cannot delete %s (it is left behind, unused): %s", self.where, error)
             return
-        self._recorded, self._result_key, self._known = None, None, True
+        self._recorded, self._result_nonce, self._known = None, None, True
 
     @contextmanager
     def kept_until_over(self, retries: int | None) -> Iterator[JobIdRecord]:

@@ -1,8 +1,9 @@
 """@task.slurm_python across tries: a retry that reattaches to, or adopts, an earlier try's job
 returns the value that job's function returned. The emulator runs the function for real and the
 task reads its outcome from the output location, as on a cluster with a shared filesystem. The
-retry checks that outcome with the key of the try that submitted the job, which that try kept with
-the job ID in the task run's record (here Airflow 3.3's task state store)."""
+retry checks that outcome with the key of the try that submitted the job, derived again from the
+nonce that try kept with the job ID in the task run's record (here Airflow 3.3's task state store)
+and the deployment's secret."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from airflow.providers.common.compat.sdk import TaskDeferred
 
 from airflow_provider_slurmapi.client.submission import submission_key
+from airflow_provider_slurmapi.decorators.result_secret import new_result_secret
 from airflow_provider_slurmapi.decorators.slurm_python import slurm_python_task
 from airflow_provider_slurmapi.emulator import Emulator
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
@@ -80,6 +82,13 @@ class TaskRun:
         key = submission_key("operator_tests", "t", self.run_id, self.map_index)
         listed = SlurmJobApiHook().call("GET", "/slurmdb/v0.0.42/jobs")["jobs"]
         return sorted({str(job["job_id"]) for job in listed if key in (job["comment"]["job"] or "").split()})
+
+
+@pytest.fixture(autouse=True)
+def result_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deployment's secret, as an administrator may create it beforehand: here in the
+    environment, where Airflow looks for a Variable first."""
+    monkeypatch.setenv("AIRFLOW_VAR_SLURM_PYTHON_RESULT_SECRET", new_result_secret())
 
 
 @pytest.fixture

@@ -8,6 +8,11 @@ folder to the Cloud Storage stand-in (``gs://``), or on a folder the cluster and
 (``file://``). The attacker writes between the job's end and the task's read: the task's wait for
 its job is wrapped, so the forgery lands after the job wrote its genuine result and before the task
 reads it, every time.
+
+The attacker may also read what Airflow shows those who may read the task instance or the Variables:
+the task run's record (Airflow 3.3's task state store, through the REST API; a Variable on older
+Airflow) and the Variables as the REST API shows them. Variables are a dict here (there is no
+metadata database): the record, where this Airflow keeps it in one, and the deployment's secret.
 """
 
 from __future__ import annotations
@@ -22,12 +27,19 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_slurmapi.client.python_function import RESULT_KEY_VARIABLE, result_signature
+from airflow_provider_slurmapi.decorators import result_secret
+from airflow_provider_slurmapi.decorators.result_secret import RESULT_SECRET_VARIABLE
 from airflow_provider_slurmapi.decorators.slurm_python import slurm_python_task
 from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
+from airflow_provider_slurmapi.operators import job_record
+from airflow_provider_slurmapi.operators.job_record import STATE_STORE_KEY, VARIABLE_PREFIX
+from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_3_PLUS
 from tests.conftest import connection_json
 from tests.integration.airflow_runtime import RecordingTaskInstance
 from tests.jobs import JOB
 from tests.storage import BUCKET
+from tests.unit.task_fakes import FakeVariables
 
 try:
     from airflow.sdk import DAG
@@ -42,6 +54,25 @@ MIB = 1024 * 1024
 def returns(value: object) -> object:
     """Runs on the cluster: the function whose genuine return value the attacker replaces."""
     return value
+
+
+def waits_for(release: str, value: object) -> object:
+    """Runs on the cluster: keeps its job running until the test creates ``release``."""
+    import os
+    import time
+
+    while not os.path.exists(release):
+        time.sleep(0.1)
+    return value
+
+
+@pytest.fixture(autouse=True)
+def variables(monkeypatch: pytest.MonkeyPatch) -> FakeVariables:
+    """Airflow's Variables: the deployment's secret, and the task run's record below Airflow 3.3."""
+    fake = FakeVariables()
+    monkeypatch.setattr(job_record, "_variables", lambda: fake)
+    monkeypatch.setattr(result_secret, "_variables", lambda: fake)
+    return fake
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +151,8 @@ class TaskStateStore:
 
 
 class TaskRun:
-    """One task run's tries: ``cleared`` makes a try the first of a new round (a user's clear)."""
+    """One task run's tries: ``cleared`` makes a try the first of a new round (a user's clear). Its
+    record is where this Airflow keeps it: the task state store on 3.3+, else a Variable."""
 
     def __init__(self) -> None:
         self.run_id, self.store = f"manual__{uuid.uuid4()}", TaskStateStore()
@@ -129,7 +161,15 @@ class TaskRun:
         ti = RecordingTaskInstance(try_number=try_number, retries=RETRIES, run_id=self.run_id)
         if cleared:
             ti.max_tries = try_number - 1 + RETRIES
-        return {"ti": ti, "task_state_store": self.store}
+        return {"ti": ti, "task_state_store": self.store} if AIRFLOW_V_3_3_PLUS else {"ti": ti}
+
+    def record(self, variables: FakeVariables) -> Any:
+        """The record as whoever may read the task instance (the task state store, through the REST
+        API) or the Variables reads it: unmasked."""
+        if AIRFLOW_V_3_3_PLUS:
+            return self.store.values[STATE_STORE_KEY]
+        [name] = [name for name in variables.values if name.startswith(VARIABLE_PREFIX)]
+        return json.loads(variables.values[name])
 
 
 def task_try(function: Callable[..., Any], *args: Any) -> Any:
@@ -244,3 +284,69 @@ def test_an_oversized_result_is_refused_by_its_size_without_being_read(output: O
         operator.execute(TaskRun().context())
     refused(failure.value, output, operator.job_id, f"{len(huge):,} bytes")
     assert "16,777,216" in str(failure.value)  # the cap it passes
+
+
+class WorkerLost(Exception):
+    """The worker running a try went away while the try waited for its job."""
+
+
+def lost_worker(*args: Any, **kwargs: Any) -> Any:
+    raise WorkerLost
+
+
+def released_first(wait: Callable[..., Any], release: Path) -> Callable[..., Any]:
+    """``wait``, which first lets the job end: it ran until the retry had found it."""
+
+    def waiting(*args: Any, **kwargs: Any) -> Any:
+        release.touch()
+        return wait(*args, **kwargs)
+
+    return waiting
+
+
+def key_in_the_environment_of(operator: Any) -> str:
+    """The key the try gave its job (in the job's environment, which only the job's owner and the
+    cluster's administrators see)."""
+    return dict(item.split("=", 1) for item in operator.job["environment"])[RESULT_KEY_VARIABLE]
+
+
+def signed_with(key: str, job_id: str, value: object) -> bytes:
+    """A result for ``job_id`` signed as its runner would sign it, had it been given ``key``."""
+    outcome = json.dumps({"return_value": value})
+    return json.dumps({"job_id": job_id, "outcome": outcome, "mac": result_signature(key, job_id, outcome)}).encode()
+
+
+def test_a_reader_of_the_task_runs_record_finds_no_key_and_signs_no_result_with_what_it_holds(
+    output: Output, variables: FakeVariables, tmp_path: Path
+) -> None:
+    run, release = TaskRun(), tmp_path / "release"
+    first_try = task_try(waits_for, str(release), "computed by the job")
+    first_try.hook.wait_for_job = lost_worker  # try 1 submitted and recorded its job, then was lost
+    with pytest.raises(WorkerLost):
+        first_try.execute(run.context(1))
+    job_id, key = first_try.job_id, key_in_the_environment_of(first_try)
+    record = run.record(variables)
+    assert key not in json.dumps(record)
+    [held] = [value for value in record.values() if value != job_id]  # what the record holds beside the ID
+    forged = signed_with(held, job_id, "chosen by the attacker")
+    retry = task_try(waits_for, str(release), "computed by the job")
+    retry.hook.wait_for_job = released_first(retry.hook.wait_for_job, release)  # reattached, then waits
+    attacked_after_the_job(retry, lambda ended: output.write(output.result_of(ended), forged))
+    with pytest.raises(Exception) as failure:
+        retry.execute(run.context(2))
+    assert retry.job_id == job_id  # the retry took try 1's job, and checked its result with try 1's key
+    refused(failure.value, output, job_id, "its signature does not match")
+
+
+def test_a_reader_of_the_variables_sees_the_secret_the_keys_come_from_masked(
+    output: Output, variables: FakeVariables
+) -> None:
+    datamodels = pytest.importorskip(
+        "airflow.api_fastapi.core_api.datamodels.variables", reason="Airflow 2.11's REST API does not mask Variables"
+    )
+    genuine_result(output, TaskRun(), "a value")  # the first task creates the deployment's secret
+    secret = variables.values[RESULT_SECRET_VARIABLE]
+    fields = {"key": RESULT_SECRET_VARIABLE, "value": secret, "description": None, "is_encrypted": True}
+    if "team_name" in datamodels.VariableResponse.model_fields:  # where Variables belong to teams
+        fields["team_name"] = None
+    assert datamodels.VariableResponse.model_validate(fields).val == "***"  # as the REST API and the UI show it

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from airflow.providers.common.compat.sdk import AirflowException
 
+from airflow_provider_slurmapi.decorators.result_secret import new_result_secret
 from airflow_provider_slurmapi.decorators.slurm_python import slurm_python_task
 from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
 from airflow_provider_slurmapi.hooks.shared_files import UnsafeOutputPath
@@ -199,9 +200,13 @@ def returns_seven() -> int:
     return 7
 
 
-def test_a_try_folder_linked_to_another_users_folder_gives_no_return_value(shared_folder: Path, tmp_path: Path) -> None:
+def test_a_try_folder_linked_to_another_users_folder_gives_no_return_value(
+    shared_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Before the task runs, another user makes its (predictable) try folder a link to a folder of
     theirs: the job's stdout and its function's result land there, where they can rewrite them."""
+    # the secret the result keys come from, as an administrator may set it (no metadata database here)
+    monkeypatch.setenv("AIRFLOW_VAR_SLURM_PYTHON_RESULT_SECRET", new_result_secret())
     theirs = tmp_path / "attacker"
     theirs.mkdir()
     ctx = context()

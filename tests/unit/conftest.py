@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_provider_slurmapi.decorators import result_secret
 from airflow_provider_slurmapi.operators import job_record
 from tests.unit.task_fakes import FakeVariables
 
@@ -12,4 +13,5 @@ from tests.unit.task_fakes import FakeVariables
 def variables(monkeypatch: pytest.MonkeyPatch) -> FakeVariables:
     fake = FakeVariables()
     monkeypatch.setattr(job_record, "_variables", lambda: fake)
+    monkeypatch.setattr(result_secret, "_variables", lambda: fake)
     return fake

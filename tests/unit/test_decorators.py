@@ -8,20 +8,26 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from airflow.providers.common.compat.sdk import AirflowException
+from airflow.providers.common.compat.sdk import AirflowException, TaskDeferred
 
 from airflow_provider_slurmapi.client.errors import InvalidRequestError
 from airflow_provider_slurmapi.client.jobs import RecordSource
 from airflow_provider_slurmapi.client.operations import JobRecords
 from airflow_provider_slurmapi.client.output import OutputSettings
-from airflow_provider_slurmapi.client.python_function import RESULT_KEY_VARIABLE, RemoteFunctionError, result_signature
+from airflow_provider_slurmapi.client.python_function import (
+    RESULT_KEY_VARIABLE,
+    RemoteFunctionError,
+    result_key,
+    result_signature,
+)
 from airflow_provider_slurmapi.client.submission import Outcome, Submission, submission_key
 from airflow_provider_slurmapi.decorators import slurm_python
+from airflow_provider_slurmapi.decorators.result_secret import RESULT_SECRET_VARIABLE
 from airflow_provider_slurmapi.decorators.slurm import slurm_task
 from airflow_provider_slurmapi.decorators.slurm_python import slurm_python_task
 from airflow_provider_slurmapi.operators.job import SlurmSubmitJobOperator
 from airflow_provider_slurmapi.operators.job_record import JobIdRecord
-from tests.unit.task_fakes import FakeTI, FakeVariables, ctx, status
+from tests.unit.task_fakes import FakeStore, FakeTI, FakeVariables, ctx, status
 from tests.unit.test_operators import FakeHook
 
 try:
@@ -32,12 +38,16 @@ except ImportError:  # Airflow 2.x
 
 SETTINGS = OutputSettings(uri="gs://bucket/airflow", cluster_path="/mnt/out")
 RESULT = "gs://bucket/airflow/dag/run1/task/try-1/42.return.json"
-KEY = "0f" * 32  # the key each try draws, made known here
+SECRET = "s" + "5e" * 32  # the deployment's, as an administrator created it
+NONCE = "0f" * 16  # the nonce each try draws, made known here
+KEY = result_key(SECRET, NONCE)  # the key each try's job signs its result with
+ANOTHER_SECRET = "s" + "5f" * 32
 
 
 @pytest.fixture(autouse=True)
-def known_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(slurm_python, "new_result_key", lambda: KEY)
+def known_key(monkeypatch: pytest.MonkeyPatch, variables: FakeVariables) -> None:
+    monkeypatch.setattr(slurm_python, "new_result_nonce", lambda: NONCE)
+    variables.values[RESULT_SECRET_VARIABLE] = SECRET
 
 
 def signed(outcome: dict[str, Any], job_id: str = "42", key: str = KEY) -> bytes:
@@ -190,45 +200,90 @@ class RecordedHook(FakeHook):
         return JobRecords(RecordSource.ACCOUNTING, [{"job_id": int(job_id), "stdout_expanded": self.stdout}])
 
 
-def recorded_by_try_1(variables: FakeVariables, job_id: str, key: str | None) -> None:
+RECORD = JobIdRecord(ctx(), submission_key("dag", "task", "run1", -1)).variable  # the task run's Variable
+
+
+def recorded_by_try_1(variables: FakeVariables, entry: str | dict[str, str]) -> None:
     """What try 1 recorded of the job it submitted."""
-    record = JobIdRecord(ctx(), submission_key("dag", "task", "run1", -1))
-    entry = {"job_id": job_id, "result_key": key} if key else job_id
-    variables.values[record.variable] = entry if isinstance(entry, str) else json.dumps(entry)
+    variables.values[RECORD] = entry if isinstance(entry, str) else json.dumps(entry)
+
+
+EARLIER_NONCE = "1a" * 16  # try 1's
 
 
 @pytest.mark.parametrize("outcome", [Outcome.REATTACHED, Outcome.ADOPTED])
 def test_a_retry_reads_the_value_in_the_folder_of_the_try_that_submitted_the_job(
     outcome: Outcome, variables: FakeVariables
 ) -> None:
-    earlier_key = "1a" * 32
-    recorded_by_try_1(variables, "42", earlier_key)
+    recorded_by_try_1(variables, {"job_id": "42", "result_nonce": EARLIER_NONCE})
     hook = RecordedHook("/mnt/out/dag/run1/task/try-1/42.out", submission=Submission("42", outcome, status()))
+    earlier_key = result_key(SECRET, EARLIER_NONCE)  # try 1's key, derived again from its nonce
     hook.objects[RESULT] = signed({"return_value": {"loss": 0.5}}, key=earlier_key)  # try 1's folder, try 1's key
     op = operator(slurm_python_task(job={}, deferrable=False, retries=2), train, 0.25, hook=hook)
     assert op.execute(ctx(FakeTI(try_number=2, max_tries=2))) == {"loss": 0.5}
     assert [args[0] for args, _ in hook.named("read_object")] == [RESULT]
 
 
-@pytest.mark.parametrize("recorded", [("42", None), ("41", "1a" * 32)], ids=["no key", "another job's"])
-def test_a_retry_whose_record_has_no_key_for_the_job_it_took_fails_naming_the_object(
-    recorded: tuple[str, str | None], variables: FakeVariables
+@pytest.mark.parametrize(
+    "recorded",
+    [
+        "42",
+        {"job_id": "41", "result_nonce": EARLIER_NONCE},
+        {"job_id": "42", "result_key": result_key(SECRET, EARLIER_NONCE)},
+    ],
+    ids=["no nonce", "another job's", "an earlier release's key"],
+)
+def test_a_retry_whose_record_has_no_nonce_for_the_job_it_took_fails_naming_the_object(
+    recorded: str | dict[str, str], variables: FakeVariables
 ) -> None:
-    recorded_by_try_1(variables, *recorded)
+    recorded_by_try_1(variables, recorded)
     hook = RecordedHook("/mnt/out/dag/run1/task/try-1/42.out", submission=Submission("42", Outcome.ADOPTED, status()))
-    hook.objects[RESULT] = signed({"return_value": {"loss": 0.5}}, key="1a" * 32)
+    hook.objects[RESULT] = signed({"return_value": {"loss": 0.5}}, key=result_key(SECRET, EARLIER_NONCE))
     op = operator(slurm_python_task(job={}, deferrable=False, retries=2), train, 0.25, hook=hook)
-    with pytest.raises(AirflowException, match=rf"{RESULT} is refused: the key of the try that submitted Slurm job 42"):
+    with pytest.raises(
+        AirflowException, match=rf"{RESULT} is refused: the key of the try that submitted Slurm job 42"
+    ) as refused:
         op.execute(ctx(FakeTI(try_number=2, max_tries=2)))
+    assert str(refused.value).endswith("clear the task to run the job afresh")
 
 
-def test_the_key_is_recorded_with_the_job_id_for_the_next_try(variables: FakeVariables) -> None:
+@pytest.mark.parametrize("kept_in", ["Variable", "task state store"])
+def test_only_the_nonce_is_recorded_with_the_job_id_and_the_key_needs_the_secret(
+    kept_in: str, variables: FakeVariables
+) -> None:
     hook = FakeHook(settings=SETTINGS, waited=status("FAILED", 1))  # the try fails: the record stays
+    store = FakeStore() if kept_in == "task state store" else None
     op = operator(slurm_python_task(job={}, deferrable=False, retries=2), train, 0.25, hook=hook)
     with pytest.raises(AirflowException):
-        op.execute(ctx(FakeTI(max_tries=2)))
-    [value] = variables.values.values()
-    assert json.loads(value) == {"job_id": "42", "result_key": KEY}
+        op.execute(ctx(FakeTI(max_tries=2), store))
+    [(args, _)] = hook.named("submit_once")
+    assert args[0]["environment"][-1] == f"{RESULT_KEY_VARIABLE}={KEY}"  # what the job signs with
+    written = store.values["slurm_job_id"] if store else json.loads(variables.values[RECORD])
+    assert written == {"job_id": "42", "result_nonce": NONCE} and KEY not in json.dumps(written)
+    assert result_key(ANOTHER_SECRET, NONCE) != KEY  # what is written gives the key only with this secret
+
+
+def test_the_first_try_creates_the_secret_its_key_is_derived_from(variables: FakeVariables) -> None:
+    del variables.values[RESULT_SECRET_VARIABLE]  # no administrator created it
+    hook = FakeHook(settings=SETTINGS)
+    op = operator(slurm_python_task(job={}, wait_for_completion=False), train, 0.25, hook=hook)
+    assert op.execute(ctx()) == "42"
+    created = variables.values[RESULT_SECRET_VARIABLE]
+    [(args, _)] = hook.named("submit_once")
+    assert created != SECRET and args[0]["environment"][-1] == f"{RESULT_KEY_VARIABLE}={result_key(created, NONCE)}"
+
+
+def test_a_try_resumed_after_its_deferral_checks_the_result_with_the_key_its_nonce_gives() -> None:
+    from airflow_provider_slurmapi.triggers.events import finished_event
+
+    store = FakeStore()
+    first = operator(slurm_python_task(job={}, deferrable=True, retries=2), train, 0.25)
+    with pytest.raises(TaskDeferred):
+        first.execute(ctx(FakeTI(max_tries=2), store))
+    resumed = operator(slurm_python_task(job={}, deferrable=True, retries=2), train, 0.25)  # a new worker
+    resumed.hook.objects[RESULT] = signed({"return_value": {"loss": 0.5}})
+    context = ctx(FakeTI(max_tries=2), store)
+    assert resumed.execute_complete(context, finished_event(status()), deferred_in_try=1) == {"loss": 0.5}
 
 
 @pytest.mark.parametrize(

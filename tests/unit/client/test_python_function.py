@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from decimal import Decimal
@@ -20,11 +21,13 @@ from airflow_provider_slurmapi.client.python_function import (
     check_python,
     encode_arguments,
     function_script,
-    new_result_key,
+    new_result_nonce,
+    result_key,
     with_result_key,
 )
 
-KEY = new_result_key()
+SECRET = "s" + "5e" * 32  # the deployment's
+KEY = result_key(SECRET, new_result_nonce())
 
 
 def passthrough(function):  # a decorator, as @task.slurm_python is, left out of the source sent
@@ -81,7 +84,7 @@ def test_a_result_is_taken_only_with_the_signature_its_job_and_key_make(tmp_path
     assert KEY not in data.decode()  # the key itself is never written back
     for job_id, key, why in [
         ("8", KEY, "it was written by Slurm job 7, not by job 8"),
-        ("7", new_result_key(), "its signature does not match"),
+        ("7", result_key(SECRET, new_result_nonce()), "its signature does not match"),  # another try's
         ("7", None, "the key of the try that submitted Slurm job 7 was not recorded"),
     ]:
         with pytest.raises(UntrustedResultError, match=f"^gs://b/7.return.json is refused: {why}"):
@@ -89,6 +92,21 @@ def test_a_result_is_taken_only_with_the_signature_its_job_and_key_make(tmp_path
     for forged in (b'{"return_value": 1}', b"[" * 100_000, b"\xff"):
         with pytest.raises(UntrustedResultError, match="is refused: it is not signed"):
             FunctionOutcome.verified(forged, "gs://b/7.return.json", job_id="7", key=KEY)
+
+
+def test_a_tries_key_is_hmac_sha256_of_its_nonce_under_the_deployments_secret() -> None:
+    # RFC 4231, test case 2: the key is exactly HMAC-SHA256(secret, nonce), as hex
+    expected = "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+    assert result_key("Jefe", "what do ya want for nothing?") == expected
+
+
+def test_each_nonce_is_fresh_and_gives_its_key_only_with_the_secret() -> None:
+    nonces = {new_result_nonce() for _ in range(100)}
+    assert len(nonces) == 100 and all(re.fullmatch("[0-9a-f]{32}", nonce) for nonce in nonces)
+    keys = {result_key(SECRET, nonce) for nonce in nonces}
+    assert len(keys) == 100 and not keys & nonces
+    nonce = nonces.pop()
+    assert result_key(SECRET, nonce) != result_key("s" + "5f" * 32, nonce)  # another deployment's secret
 
 
 def test_the_function_runs_with_its_arguments_and_its_return_value_is_written(tmp_path: Path) -> None:
