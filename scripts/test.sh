@@ -2,8 +2,8 @@
 # Runs the whole test suite on Airflow 3.3 (.venv) and, at the same time, the suites that depend on
 # the Airflow version in every other environment of scripts/environments.sh: Airflow 2.11, 3.1 and
 # 3.2 (unit, integration, system; on 2.11 the deployment test of its kill path, on 3.2 and 3.1 the
-# connection form from the api-server and the Slurm job tab's attacks and FAB deployment, on 3.1 the
-# triggerer and job-event watcher deployments), every dependency at its floor (unit, system, the
+# connection form from the api-server and the Slurm job tab's attacks, on 3.1 the triggerer, job-event
+# watcher and the tab's FAB deployments), every dependency at its floor (unit, system, the
 # tab's attacks), Python 3.12 and 3.13 (unit), and a Cloud
 # Composer-like image taking the built wheel with plain pip (the example DAG). Three pytest runs go
 # at once (see below). Each environment is installed with uv, once.
@@ -90,10 +90,10 @@ airflow2_suites=(tests/unit --ignore=tests/unit/emulator tests/integration tests
 failover=tests/deployment/test_triggerer_failover.py
 airflow3_suites=(tests/unit "${no_airflow_units[@]}" tests/integration tests/system
     "$failover::test_the_connection_forms_fields_come_from_the_api_server"
-    tests/security/test_job_tab.py "$tab_deployment")
-# the deployments of the triggerer, the scheduler and the job-event watchers: at both ends of 3.x
-# (3.3 runs them all), on the oldest 3.x here
-airflow3_deployments=(tests/deployment/test_job_events.py
+    tests/security/test_job_tab.py)
+# the deployments of the triggerer, the scheduler, the job-event watchers and the tab under FAB: at
+# both ends of 3.x (3.3 runs them all), on the oldest 3.x here
+airflow3_deployments=(tests/deployment/test_job_events.py "$tab_deployment"
     "$failover::test_killed_triggerer_is_replaced_and_one_poller_serves_all_jobs"
     "$failover::test_a_users_mark_failed_mark_success_and_clear_cancel_their_jobs_only")
 

@@ -35,8 +35,7 @@ with DAG(dag_id="slurm_tab_a", start_date=datetime(2026, 1, 1), schedule=None, c
         output_uri=f"file://{HOME}",
         output_cluster_path=CLUSTER_SIDE,
         output_wait=0,
-        deferrable=True,
-        poll_interval=2,
+        poll_interval=1,  # in a worker: a deferred job this short may race Airflow's executor events
     )
 
     @task
