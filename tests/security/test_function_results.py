@@ -28,18 +28,16 @@ from typing import Any
 import pytest
 
 from airflow_provider_slurmapi.client.python_function import RESULT_KEY_VARIABLE, result_signature
-from airflow_provider_slurmapi.decorators import result_secret
 from airflow_provider_slurmapi.decorators.result_secret import RESULT_SECRET_VARIABLE
 from airflow_provider_slurmapi.decorators.slurm_python import slurm_python_task
 from airflow_provider_slurmapi.emulator import Emulator, EmulatorConfig
-from airflow_provider_slurmapi.operators import job_record
 from airflow_provider_slurmapi.operators.job_record import STATE_STORE_KEY, VARIABLE_PREFIX
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_3_PLUS
 from tests.conftest import connection_json
 from tests.integration.airflow_runtime import RecordingTaskInstance
 from tests.jobs import JOB
 from tests.storage import BUCKET
-from tests.unit.task_fakes import FakeVariables
+from tests.unit.task_fakes import FakeVariables, fake_variables
 
 try:
     from airflow.sdk import DAG
@@ -69,10 +67,7 @@ def waits_for(release: str, value: object) -> object:
 @pytest.fixture(autouse=True)
 def variables(monkeypatch: pytest.MonkeyPatch) -> FakeVariables:
     """Airflow's Variables: the deployment's secret, and the task run's record below Airflow 3.3."""
-    fake = FakeVariables()
-    monkeypatch.setattr(job_record, "_variables", lambda: fake)
-    monkeypatch.setattr(result_secret, "_variables", lambda: fake)
-    return fake
+    return fake_variables(monkeypatch)
 
 
 @pytest.fixture(scope="module")

@@ -76,3 +76,14 @@ def ctx(ti: FakeTI | None = None, store: FakeStore | None = None) -> dict[str, A
     if store is not None:
         context["task_state_store"] = store
     return context
+
+
+def fake_variables(monkeypatch: Any) -> FakeVariables:
+    """Airflow's Variables as the record of a task run and the deployment's result secret read them."""
+    from airflow_provider_slurmapi.decorators import result_secret
+    from airflow_provider_slurmapi.operators import job_record
+
+    fake = FakeVariables()
+    monkeypatch.setattr(job_record, "_variables", lambda: fake)
+    monkeypatch.setattr(result_secret, "_variables", lambda: fake)
+    return fake
