@@ -65,7 +65,7 @@ class TaskInstanceRef(TaskRun):
         from airflow.utils.session import create_session
 
         with create_session() as session:
-            return find_task_job(session, TaskRun(self.dag_id, self.run_id, self.task_id, self.map_index))
+            return find_task_job(session, self)
 
     def title(self) -> str:
         return self.task_id if self.map_index < 0 else f"{self.task_id} (map index {self.map_index})"
@@ -175,7 +175,7 @@ def create_app() -> FastAPI:
                     refresh_seconds=REFRESH_SECONDS if view.is_active else None,
                     nonce=nonce,
                     output=_excerpts(reading),
-                    output_link=task_job.output_link if reading.ownership is Ownership.OWN else None,
+                    output_link=reading.output_link,
                 )
         headers = {
             "Content-Security-Policy": content_security_policy(nonce),
@@ -199,7 +199,7 @@ def create_app() -> FastAPI:
             "job": _view(reading, task_job.job_id).to_dict(),
             "ownership": str(reading.ownership),
             "output": [excerpt.__dict__ for excerpt in _excerpts(reading)],
-            "output_link": task_job.output_link if reading.ownership is Ownership.OWN else None,
+            "output_link": reading.output_link,
             "may_cancel": _may_cancel(reading, user, ti),
         }
 

@@ -29,6 +29,7 @@ from airflow_provider_slurmapi.ui.trust import (
     TaskRun,
     hook_arguments,
     live_tag_folder,
+    output_link,
     output_settings,
     ownership,
     readable_file,
@@ -109,6 +110,7 @@ class JobReading:
     live: dict[str, str]  # while the job runs with live output: each stream's last published lines
     output_problem: str | None  # why no output, or not all of it, is shown
     read_at: float
+    output_link: str | None = None  # the Cloud console page of the task's own output (ui.trust)
 
 
 _cache: dict[str, JobReading] = {}
@@ -174,7 +176,8 @@ def _read(task_job: TaskJob, now: float) -> JobReading:
             live = _live(hook, task_job, history, settings)
         if not live:  # ended, or no live output: the files themselves
             tails = _tails(hook, task_job, history, settings, whose)
-    return JobReading(history, hook.cluster.cluster_id, whose, tuple(tails), live, problem, now)
+    link = output_link(task_job.output_link, whose, settings)
+    return JobReading(history, hook.cluster.cluster_id, whose, tuple(tails), live, problem, now, link)
 
 
 def _tails(

@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_provider_slurmapi.client.jobs import JobStatus, RecordSource
-from airflow_provider_slurmapi.client.output import OutputFile, OutputSettings
+from airflow_provider_slurmapi.client.output import OutputFile, OutputSettings, console_url
 from airflow_provider_slurmapi.client.submission import carries_key, submission_key
 
 TAB_CONNECTION_TYPES = ("slurm_job_api", "google_cloud_platform")
@@ -142,3 +142,12 @@ def live_tag_folder(live: list[dict[str, Any]], run: TaskRun, settings: OutputSe
         if in_try_folder(path, run, settings):
             return posixpath.dirname(posixpath.normpath(path))
     return None
+
+
+def output_link(link: str | None, ownership: Ownership, settings: OutputSettings) -> str | None:
+    """The task's "Slurm job output" link, shown only for its own job and only if it is the Cloud
+    console page of an object under the output location (the task wrote it: it may point anywhere)."""
+    root = console_url(settings.uri) if settings.uri else None
+    if ownership is not Ownership.OWN or not link or not root:
+        return None
+    return link if link.startswith(root.rstrip("/") + "/") else None

@@ -20,7 +20,7 @@ from airflow_provider_slurmapi.emulator import Emulator
 from airflow_provider_slurmapi.hooks.slurm_job_api import SlurmJobApiHook
 from airflow_provider_slurmapi.ui import task_job
 from airflow_provider_slurmapi.ui.task_job import JobReading, Refused, TaskJob, hook_for, read_task_job
-from airflow_provider_slurmapi.ui.trust import Ownership, TaskRun, output_settings, uri_inside
+from airflow_provider_slurmapi.ui.trust import Ownership, TaskRun, output_link, output_settings, uri_inside
 from airflow_provider_slurmapi.version_compat import get_base_airflow_version_tuple
 from tests.conftest import connection_json
 from tests.jobs import JOB
@@ -185,6 +185,20 @@ def test_credentials_and_endpoint_are_the_connections_own(shared: Path) -> None:
     hook = hook_for(job)
     assert hook.impersonation_chain is None and hook.retry.max_attempts != 20
     assert hook.cluster.region == "europe-west4"  # where, not who: a google_cloud_platform connection has none
+
+
+@pytest.mark.parametrize(
+    ("link", "shown"),
+    [
+        ("https://console.cloud.google.com/storage/browser/_details/bucket/out/d/r/t/try-1/7.out", True),
+        ("https://console.cloud.google.com/storage/browser/_details/other-bucket/secrets.txt", False),
+        ("https://evil.example/storage/browser/_details/bucket/out/login", False),  # a page of the task's choosing
+    ],
+)
+def test_the_output_link_a_task_pushed_is_shown_only_into_the_connections_output(link: str, shown: bool) -> None:
+    settings = OutputSettings(uri="gs://bucket/out", cluster_path="/c")
+    assert output_link(link, Ownership.OWN, settings) == (link if shown else None)
+    assert output_link(link, Ownership.WATCHED, settings) is None
 
 
 # ---- 2. the job shown is the task's own
