@@ -31,7 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from airflow_provider_slurmapi.client.live_output import Piece, live_script
+from airflow_provider_slurmapi.client.live_output import Piece
+from airflow_provider_slurmapi.client.live_wrapper import live_script
 from benchmarks.common import machine_line, markdown_table, median
 
 SAMPLE_SECONDS = 0.02

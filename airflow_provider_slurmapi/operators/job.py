@@ -283,7 +283,8 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         if not self.live_output.enabled:
             return script
         from airflow_provider_slurmapi.client.errors import InvalidRequestError
-        from airflow_provider_slurmapi.client.live_output import LIVE_FOLDER, live_script
+        from airflow_provider_slurmapi.client.live_output import LIVE_FOLDER
+        from airflow_provider_slurmapi.client.live_wrapper import live_script
 
         settings = self.output_settings
         if not settings.readable:

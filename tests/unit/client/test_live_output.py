@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_slurmapi.client.errors import InvalidRequestError
-from airflow_provider_slurmapi.client.live_output import LiveOutputSettings, Piece, folder_tag, live_script
+from airflow_provider_slurmapi.client.live_output import LiveOutputSettings, Piece, folder_tag
+from airflow_provider_slurmapi.client.live_wrapper import live_script
 
 SCRIPT = """#!/bin/bash
 #SBATCH --gres=gpu:1
