@@ -10,10 +10,11 @@ own files are not touched: they stay byte for byte what the batch script printed
 
 A piece's name sorts by the time it was published, so that one listing of the ``live/`` folder
 with a start offset finds the new pieces of every job of the bucket:
-``live/{epoch seconds:010d}-{job ref}-{tag}-{run}-{stream}-{seq:06d}``, where the job ref is the
-job ID (``{array job}_{task}`` for an array task), the tag tells the try's output folder from
-another cluster's job of the same ID, the run counts requeues, and ``seq`` orders the pieces of
-one stream.
+``live/{epoch seconds:010d}-{job ref}-{tag}-{run}-{stream}-{seq:06d}[+{start}]``, where the job
+ref is the job ID (``{array job}_{task}`` for an array task), the tag tells the try's output folder
+from another cluster's job of the same ID, the run counts requeues, and ``seq`` orders the pieces of
+one stream. A run's first piece carries ``+{start}`` when its bytes begin at that offset of the
+job's file rather than at 0 (``open_mode: APPEND``: the file holds the earlier runs' output).
 
 Only the plan is made here (no I/O): the names, their parsing and the script.
 """
@@ -38,7 +39,7 @@ LIVE_OUTPUT_FIELDS = ("live_output", "live_output_period", "live_output_max_line
 STREAMS = ("out", "err")
 STREAM_NAMES = {"out": "stdout", "err": "stderr"}
 _PIECE = re.compile(
-    r"(?P<time>\d{10})-(?P<job>\d+(?:_\d+)?)-(?P<tag>[0-9a-f]{8})-(?P<run>\d+)-(?P<stream>out|err)-(?P<seq>\d{6})"
+    r"(?P<time>\d{10})-(?P<job>\d+(?:_\d+)?)-(?P<tag>[0-9a-f]{8})-(?P<run>\d+)-(?P<stream>out|err)-(?P<seq>\d{6})(?:\+(?P<start>\d{1,15}))?"
 )
 
 
@@ -121,6 +122,7 @@ class Piece:
     run: int
     stream: str
     seq: int
+    start: int = 0  # the offset in the job's file of a run's first byte (its first piece only)
 
     @classmethod
     def parse(cls, name: str) -> Piece | None:
@@ -128,13 +130,15 @@ class Piece:
         found = _PIECE.fullmatch(name.rsplit("/", 1)[-1])
         if found is None:
             return None
+        start = int(found["start"] or 0)
         return cls(
-            int(found["time"]), found["job"], found["tag"], int(found["run"]), found["stream"], int(found["seq"])
+            int(found["time"]), found["job"], found["tag"], int(found["run"]), found["stream"], int(found["seq"]), start
         )
 
     @property
     def name(self) -> str:
-        return f"{self.time:010d}-{self.job}-{self.tag}-{self.run}-{self.stream}-{self.seq:06d}"
+        start = f"+{self.start}" if self.start else ""
+        return f"{self.time:010d}-{self.job}-{self.tag}-{self.run}-{self.stream}-{self.seq:06d}{start}"
 
     @property
     def key(self) -> str:
