@@ -135,6 +135,7 @@ def provider_at(ref: str | None) -> Iterator[Path]:
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(root, filter="data")
         (root / "benchmarks").symlink_to(REPO_ROOT / "benchmarks")
+        (root / "tests").symlink_to(REPO_ROOT / "tests")  # the stand-ins the benchmarks share (tests/storage.py)
         yield root
 
 

@@ -10,9 +10,14 @@ listings that honour ``start_offset`` and page at 1,000 names as Cloud Storage's
 piece just before the job ends. The triggers log as a triggerer's runner does (structlog, JSON,
 one line per event into a file), where every printed line is then counted.
 
+Modes: ``baseline``, the same triggers without live output; ``live``, with it; ``before``, with it
+and the provider as committed at ``--baseline-ref`` (5bd9020, before the listing, progress-line and
+stall fixes), measured in the same run. The longest stall is the event loop's: how late a 10 ms
+timer fired (``StallProbe``), with and without the interpreter's garbage collection passes in it.
+
     python -m benchmarks.live_output_cost                  # N = 1, 100, 1000 at a 10 s interval and period
     python -m benchmarks.live_output_cost --quick          # N = 10 at a 2 s interval and period (CI smoke run)
-    python -m benchmarks.live_output_cost --sizes 1000 --modes live
+    python -m benchmarks.live_output_cost --sizes 1000 --modes live before
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from benchmarks.common import REPO_ROOT, machine_line, markdown_table, use_private_airflow_home
+from benchmarks.common import REPO_ROOT, StallProbe, machine_line, markdown_table, provider_at, use_private_airflow_home
 from benchmarks.triggerer_scale import cpu_at, percentile, rss_kib, start_emulator
 from tests.storage import BUCKET
 
@@ -47,7 +52,8 @@ LAG_PROBE_SECONDS = 0.05
 LAST_PIECE_BEFORE_END = 1.0  # a job's wrapper publishes its last piece, then the job ends
 PAGE = 1000  # names per listing page, as Cloud Storage's default
 LINE = re.compile(r"bench job (\d+) line (\d+)")
-MODES = {"baseline": "no", "live": "yes"}
+MODES = {"baseline": "no", "live": "yes", "before": "yes, at {ref}"}
+BASELINE_REF = "5bd9020"  # the provider before the listing, progress-line and stall fixes
 
 
 def line_text(job: int, number: int) -> str:
@@ -226,9 +232,9 @@ class Counts:
             ObjectStore.names_from, ObjectStore.read_head, requests.Session.request, AsyncSlurmJobApiClient._post,
         )  # fmt: skip
 
-        def counted_names_from(store: ObjectStore, folder: str, offset: str) -> list[str]:
+        def counted_names_from(store: ObjectStore, *args: Any, **kwargs: Any) -> list[str]:
             self.listings.append(time.time())
-            names = names_from(store, folder, offset)
+            names = names_from(store, *args, **kwargs)
             self.names.append(len(names))
             return names
 
@@ -289,16 +295,20 @@ async def watch(
         return {"within": URI, "job": job_id, "tag": tag, "period": period} if live else None
 
     idle_rss = rss_kib("VmRSS")
+    probe = StallProbe(0.01)
     triggers = [
         SlurmJobTrigger(job_id, poll_interval=interval, lost_grace=600, live_output=spec(n, job_id))
         for n, job_id in enumerate(job_ids)
     ]
     lag_task = asyncio.ensure_future(probe_lag())
-    started = time.time()
+    probe.start()
+    started, loop_started = time.time(), loop.time()
     await asyncio.gather(*(run_trigger(n, t) for n, t in enumerate(triggers)))
     finished = time.time()
     done.set()
     await lag_task
+    await probe.stop()
+    since = loop_started + interval  # as the figures below: from one interval after the start to the last event
     # the steady state: from one interval after the start until the first job ends
     window = (started + interval, min(ends))
     intervals = max((window[1] - window[0]) / interval, 1e-9)
@@ -321,7 +331,9 @@ async def watch(
         "requests": per_interval([m for m, _ in counts.requests]),
         "response_bytes": bytes_per_interval(counts.requests),
         "cpu": (cpu_at(cpu_samples, window[1]) - cpu_at(cpu_samples, window[0])) / intervals,
-        "stall_max_ms": max(after_start, default=0.0) * 1000,
+        "stall_max_ms": probe.longest(since) * 1000,
+        "stall_without_gc_ms": probe.longest(since, without_gc=True) * 1000,
+        "gc_pass_ms": probe.longest_gc_pass(since) * 1000,
         "lag_p99_ms": percentile(after_start, 99) * 1000,
         "rss_above_idle_mb": (rss_kib("VmHWM") - idle_rss) / 1024,
         "watch_s": finished - started,
@@ -369,8 +381,13 @@ def run_configuration(
 # --- the driver: fresh emulator, stand-in and measuring process per configuration --------------
 
 
-def measure(count: int, interval: float, period: int, steady: float, live: bool) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="bench-live-output-") as work, contextlib.ExitStack() as stack:
+def measure(count: int, interval: float, period: int, steady: float, mode: str, baseline_ref: str) -> dict[str, Any]:
+    live = mode != "baseline"
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-live-output-") as work,
+        provider_at(baseline_ref if mode == "before" else None) as provider,
+        contextlib.ExitStack() as stack,
+    ):
         emulator, connection = start_emulator(Path(work))
         stack.callback(emulator.wait, 30)
         stack.callback(emulator.terminate)
@@ -384,14 +401,16 @@ def measure(count: int, interval: float, period: int, steady: float, live: bool)
         args = ["--child", str(count), str(interval), str(period), str(steady), "live" if live else "baseline", work]
         result = subprocess.run(
             [sys.executable, "-m", "benchmarks.live_output_cost", *args],
-            env=env, cwd=REPO_ROOT, capture_output=True, text=True, check=False,
+            env=env, cwd=provider, capture_output=True, text=True, check=False,
         )  # fmt: skip
         if result.returncode != 0:
-            raise RuntimeError(f"measuring N={count} failed:\n{result.stderr[-3000:]}")
+            raise RuntimeError(f"measuring N={count} {mode} failed:\n{result.stderr[-3000:]}")
         return dict(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
-def row(count: int, mode: str, figures: dict[str, Any], baseline: dict[str, Any] | None, interval: float) -> list[str]:
+def row(
+    count: int, mode: str, figures: dict[str, Any], baseline: dict[str, Any] | None, interval: float, ref: str
+) -> list[str]:
     live = "lines_printed" in figures
     cpu = figures["cpu"]
     cpu_text = f"{cpu:.3f} ({cpu / interval * 100:.2f}%)"
@@ -408,7 +427,7 @@ def row(count: int, mode: str, figures: dict[str, Any], baseline: dict[str, Any]
         rss += f" (+{figures['rss_above_idle_mb'] - baseline['rss_above_idle_mb']:.1f})"
     return [
         f"{count:,}",
-        MODES[mode],
+        MODES[mode].format(ref=ref),
         f"{figures['slurm']:.1f}",
         f"{figures['listings']:.1f}" if live else "-",
         f"{figures['names_max']:,}" if live else "-",
@@ -418,6 +437,8 @@ def row(count: int, mode: str, figures: dict[str, Any], baseline: dict[str, Any]
         f"{figures['response_bytes']:,.0f}" if live else "-",
         cpu_text,
         f"{figures['stall_max_ms']:.1f}",
+        f"{figures['stall_without_gc_ms']:.1f}",
+        f"{figures['gc_pass_ms']:.1f}",
         f"{figures['lag_p99_ms']:.1f}",
         rss,
         lines,
@@ -431,6 +452,9 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=None, help="poll interval, seconds (default 10)")
     parser.add_argument("--period", type=int, default=None, help="publishing period, whole seconds (default 10)")
     parser.add_argument("--modes", nargs="+", choices=tuple(MODES), default=tuple(MODES))
+    parser.add_argument(
+        "--baseline-ref", default=BASELINE_REF, help=f"the commit mode 'before' measures (default {BASELINE_REF})"
+    )
     parser.add_argument(
         "--steady", type=float, default=None, help="intervals every job runs before the first ends (default 6)"
     )
@@ -458,9 +482,9 @@ def main() -> None:
     for count in sizes:
         baseline = None
         for mode in args.modes:
-            figures = measure(count, interval, period, steady, mode == "live")
+            figures = measure(count, interval, period, steady, mode, args.baseline_ref)
             baseline = figures if mode == "baseline" else baseline
-            rows.append(row(count, mode, figures, baseline, interval))
+            rows.append(row(count, mode, figures, baseline, interval, args.baseline_ref))
             extra = {k: figures[k] for k in ("watch_s", "listings_overall", "pieces_read")}
             late = figures.get("publisher_late_s")
             print(f"measured N={count} {mode}: {extra}, publisher late {late}", file=sys.stderr, flush=True)
@@ -468,7 +492,7 @@ def main() -> None:
         "jobs", "live output", "Slurm API calls / interval", "storage listings / interval",
         "names per listing, most", "piece reads / interval", "storage requests / interval",
         "piece bytes / interval", "storage response bytes / interval", "CPU s / interval (% of a core, x baseline)",
-        "longest stall (ms)", "loop lag p99 (ms)", "peak RSS above idle (MB)", "lines logged once",
+        "longest stall (ms)", "longest stall outside GC (ms)", "longest GC pass (ms)", "loop lag p99 (ms)", "peak RSS above idle (MB)", "lines logged once",
     ]  # fmt: skip
     print(
         f"Live output cost: poll interval {interval:g} s, publishing period {period} s, a line a second per job;"
