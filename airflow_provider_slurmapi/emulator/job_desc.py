@@ -8,7 +8,7 @@ from typing import Any, TypedDict
 
 from airflow_provider_slurmapi.emulator import replies
 from airflow_provider_slurmapi.emulator.gres_request import GresAllocation, GresRefused, allocate
-from airflow_provider_slurmapi.emulator.job_model import Job, epoch_seconds, parse_array
+from airflow_provider_slurmapi.emulator.job_model import Job, epoch_seconds, parse_array, parse_signal
 from airflow_provider_slurmapi.emulator.slurm_conf import Partition, SlurmConf
 
 _DEFAULT_CONF = SlurmConf()
@@ -128,6 +128,12 @@ class _Files(TypedDict):
     open_append: bool
 
 
+class _KillWarning(TypedDict):
+    warn_signal: int | None
+    warn_delay: int
+    warn_batch_only: bool
+
+
 class _Array(TypedDict):
     array_job_id: int
     array_max_tasks: int
@@ -150,6 +156,7 @@ def new_job(
     partition = _partition(desc, conf)
     gres = _gres(desc, partition, conf, resources)
     array = _array(desc, job_id)
+    kill_warning = _kill_warning(desc, warnings)
     hold = bool(desc.get("hold"))
     job = Job(
         job_id=job_id,
@@ -172,6 +179,7 @@ def new_job(
         **resources,
         **_files(desc, is_array=bool(array["pending_tasks"])),
         **array,
+        **kill_warning,
     )
     return job, warnings
 
@@ -295,6 +303,23 @@ def _array(desc: dict[str, Any], job_id: int) -> _Array:
     except ValueError:
         raise _submit_failed(2003, "Invalid job array specification") from None
     return {"array_job_id": job_id, "array_max_tasks": max_running, "pending_tasks": tasks}
+
+
+def _kill_warning(desc: dict[str, Any], warnings: list[dict[str, Any]]) -> _KillWarning:
+    """sbatch --signal=[B:]SIG[@TIME]. Unlike sbatch, slurmctld has no default TIME: without
+    kill_warning_delay the signal is never sent."""
+    value = desc.get("kill_warning_signal")
+    try:
+        warn_signal = parse_signal(value) if value not in (None, "") else None
+    except ValueError:
+        raise _parse_error(f"Unknown signal {value}") from None
+    flags = desc.get("kill_warning_flags") or []
+    flags = flags if isinstance(flags, list) else [flags]
+    return {
+        "warn_signal": warn_signal,
+        "warn_delay": _int_field(desc, "kill_warning_delay", 0, warnings),
+        "warn_batch_only": "BATCH_JOB" in [str(flag).upper() for flag in flags],
+    }
 
 
 def _files(desc: dict[str, Any], *, is_array: bool) -> _Files:

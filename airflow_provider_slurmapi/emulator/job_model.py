@@ -35,6 +35,33 @@ NODE_NAME = "node1"
 NO_VAL = 4294967294
 
 
+# the signal names Slurm knows (its sig_name2num / sig_num2name): it names any other signal by its number
+SLURM_SIGNAL_NAMES = {
+    sig.name.removeprefix("SIG"): sig
+    for sig in (
+        signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGABRT, signal.SIGKILL, signal.SIGALRM,
+        signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1, signal.SIGUSR2, signal.SIGPIPE, signal.SIGURG,
+        signal.SIGCONT, signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGXCPU,
+    )
+}  # fmt: skip
+
+
+def signal_name(number: int) -> str:
+    """How Slurm names a signal in its replies: ``KILL``, ``USR1``, but ``11`` for SIGSEGV."""
+    return next((name for name, sig in SLURM_SIGNAL_NAMES.items() if sig == number), str(number))
+
+
+def parse_signal(value: str | int) -> int:
+    """A signal as Slurm reads one: a number, or a name it knows, with or without SIG, in any case.
+
+    Raises ValueError for anything else, or a number no process can be sent."""
+    text = str(value).strip().upper()
+    number = int(text) if text.isdigit() else SLURM_SIGNAL_NAMES.get(text.removeprefix("SIG"), 0)
+    if not 0 < number < signal.NSIG:
+        raise ValueError(f"unknown signal {value!r}")
+    return number
+
+
 def epoch_seconds() -> int:
     """The time now as Slurm keeps it: whole seconds since the epoch."""
     return int(time.time())
@@ -55,12 +82,7 @@ class ExitInfo:
 
     @property
     def signal_name(self) -> str:
-        if self.signal is None:
-            return ""
-        try:
-            return signal.Signals(self.signal).name.removeprefix("SIG")
-        except ValueError:
-            return str(self.signal)
+        return "" if self.signal is None else signal_name(self.signal)
 
     @staticmethod
     def from_returncode(returncode: int) -> ExitInfo:
@@ -143,6 +165,11 @@ class Job:
     restart_cnt: int = 0
     hold_reason: str = "JobHeldUser"  # the pending reason while held: JobHeldUser or JobHeldAdmin
     failed_node: str = ""
+    # sbatch --signal=[B:]SIG[@TIME]: the signal sent warn_delay seconds before the time limit,
+    # to the batch shell alone (B:, BATCH_JOB) or to all the job's processes
+    warn_signal: int | None = None
+    warn_delay: int = 0
+    warn_batch_only: bool = False
     skip_tres: bool = False  # SKIP_TRES_STRING_ACCOUNTING, set by a node failure
     # how accounting shows this run: slurmdbd keeps the hold of submission or requeuehold, and
     # the reason the job waited for once it became eligible (release, or BeginTime after a requeue)

@@ -11,6 +11,7 @@ import logging
 import os
 import shlex
 import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,41 @@ exit $rc
 """
 
 
+# Run before the script, in its process: like slurmstepd, start it with every signal at its default
+# disposition and none blocked, whatever the emulator's own are (started in the background from a
+# non-interactive shell, it ignores SIGINT and SIGQUIT, and a child keeps ignored signals across exec).
+# Then exec the script in place (same pid); if that fails, say so and exit with errno as slurmstepd does.
+_DEFAULT_SIGNALS_SHIM = r"""
+import os, signal, sys
+for sig in signal.valid_signals():
+    if sig not in (signal.SIGKILL, signal.SIGSTOP):
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass  # the C library's own real-time signals
+signal.pthread_sigmask(signal.SIG_SETMASK, [])
+node, argv = sys.argv[1], sys.argv[2:]
+try:
+    os.execv(argv[0], argv)
+except OSError as exc:
+    os.write(2, f"slurmstepd-{node}: error: execve(): {argv[0]}: {exc.strerror}\n".encode())
+    os._exit(exc.errno or 1)
+"""
+
+
+def _with_default_signals(argv: list[str], node: str) -> list[str]:
+    """``argv`` run through the shim above (-I -S: no site or user paths to import)."""
+    return [sys.executable, "-I", "-S", "-c", _DEFAULT_SIGNALS_SHIM, node, *argv]
+
+
+@dataclass(frozen=True)
+class KillWarning:
+    """sbatch --signal: ``send`` is called ``after`` seconds into the run."""
+
+    after: float
+    send: Callable[[], None]
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     """How a batch script ended: its exit, why it could not start (if so), and its srun steps."""
@@ -74,7 +110,13 @@ class ProcessRunner:
         self.virtual = virtual
         self._processes: dict[int, asyncio.subprocess.Process] = {}  # by job id, while they run
 
-    async def run(self, job: Job, time_limit: float | None, on_time_limit: Callable[[], None]) -> RunOutcome:
+    async def run(
+        self,
+        job: Job,
+        time_limit: float | None,
+        on_time_limit: Callable[[], None],
+        warning: KillWarning | None = None,
+    ) -> RunOutcome:
         """Run ``job`` to its end; after ``time_limit`` seconds call ``on_time_limit`` and wait on."""
         if self.virtual:
             return await self._run_virtual(job)
@@ -103,16 +145,22 @@ class ProcessRunner:
                 os.close(stdin)
         self._processes[job.job_id] = process
         try:
-            returncode = await self._wait(job, process, time_limit, on_time_limit)
+            returncode = await self._wait(job, process, time_limit, on_time_limit, warning)
         finally:
             del self._processes[job.job_id]
         steps = await asyncio.to_thread(self._read_steps, job)
         return RunOutcome(ExitInfo.from_returncode(returncode), steps=steps)
 
-    def send_signal(self, job: Job, sig: signal.Signals) -> None:
-        """Send ``sig`` to the job's whole process group, if it has one running."""
+    def send_signal(self, job: Job, sig: int, *, batch_only: bool = False) -> None:
+        """Send ``sig`` to the job's whole process group, if it has one running; with ``batch_only``
+        to its batch shell alone (the group's leader), like slurmstepd for the BATCH_JOB flag."""
         process = self._processes.get(job.job_id)
-        if process is not None:
+        if process is None:
+            return
+        if batch_only:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(process.pid, sig)
+        else:
             _signal_group(process, sig)
 
     def kill_all(self) -> None:
@@ -122,12 +170,20 @@ class ProcessRunner:
                 _signal_group(process, signal.SIGKILL)
 
     async def _wait(
-        self, job: Job, process: asyncio.subprocess.Process, time_limit: float | None, on_time_limit: Callable[[], None]
+        self,
+        job: Job,
+        process: asyncio.subprocess.Process,
+        time_limit: float | None,
+        on_time_limit: Callable[[], None],
+        warning: KillWarning | None,
     ) -> int:
         log.info("job %s started (pid %s)", job.job_id, process.pid)
         if job.stop_reason is not None:  # cancelled while we were setting up
             self.send_signal(job, signal.SIGTERM)
         waiter = asyncio.ensure_future(process.wait())
+        warning_timer = None
+        if warning is not None:
+            warning_timer = asyncio.get_running_loop().call_later(warning.after, warning.send)
         try:
             await asyncio.wait_for(asyncio.shield(waiter), timeout=time_limit)
         except TimeoutError:
@@ -136,6 +192,9 @@ class ProcessRunner:
         except asyncio.CancelledError:  # emulator shutdown: the shielded waiter must go too
             waiter.cancel()
             raise
+        finally:
+            if warning_timer is not None:
+                warning_timer.cancel()
         # like proctrack, the job's end takes down whatever it left behind in its group
         self.send_signal(job, signal.SIGKILL)
         return waiter.result()
@@ -167,7 +226,7 @@ class ProcessRunner:
             )
         # honour the shebang (the kernel does it when we exec the file); no shebang -> bash
         argv = [str(script_path)] if job.script.startswith("#!") else ["/bin/bash", str(script_path)]
-        return argv, self._environment(job, bin_dir), out_fd, err_fd, cwd
+        return _with_default_signals(argv, job.node), self._environment(job, bin_dir), out_fd, err_fd, cwd
 
     def _write_job_files(self, job: Job) -> tuple[Path, Path]:
         """The batch script, and an ``srun`` shim that records the job's steps."""
@@ -220,7 +279,7 @@ class ProcessRunner:
         return steps
 
 
-def _signal_group(process: asyncio.subprocess.Process, sig: signal.Signals) -> None:
+def _signal_group(process: asyncio.subprocess.Process, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, sig)
 

@@ -25,7 +25,7 @@ from airflow_provider_slurmapi.emulator.job_model import (
     State,
     epoch_seconds,
 )
-from airflow_provider_slurmapi.emulator.runner import ProcessRunner, RunOutcome
+from airflow_provider_slurmapi.emulator.runner import KillWarning, ProcessRunner, RunOutcome
 
 log = logging.getLogger(__name__)
 
@@ -139,9 +139,10 @@ class Scheduler:
         meta.pending_tasks.remove(task)
         self._touch(meta)
 
-    def send_signal(self, job: Job, sig: signal.Signals) -> None:
-        """Deliver ``sig`` to a running job, which keeps running."""
-        self.runner.send_signal(job, sig)
+    def send_signal(self, job: Job, sig: int, *, batch_only: bool = False) -> None:
+        """Deliver ``sig`` to a running job, which keeps running (unless the signal ends its script):
+        to all its processes, or with ``batch_only`` (scancel --batch) to its batch shell alone."""
+        self.runner.send_signal(job, sig, batch_only=batch_only)
 
     def control(self, job: Job, action: str, name: str) -> None:
         """Do ``action`` to ``job`` (called ``name`` in messages) as Slurm 24.11 does it:
@@ -323,7 +324,7 @@ class Scheduler:
     async def _run(self, job: Job) -> None:
         limit = None if job.time_limit is None else job.time_limit * self.seconds_per_minute
         try:
-            outcome = await self.runner.run(job, limit, lambda: self._time_limit(job))
+            outcome = await self.runner.run(job, limit, lambda: self._time_limit(job), self._kill_warning(job))
         finally:
             self._live.discard(job.job_id)
         timer = self._kill_timers.pop(job.job_id, None)
@@ -336,6 +337,19 @@ class Scheduler:
         if job.completing:
             await asyncio.sleep(CLEANUP_TIME)
             self._cleaned_up(job)
+
+    def _kill_warning(self, job: Job) -> KillWarning | None:
+        """sbatch --signal: the warning ``warn_delay`` seconds (of Slurm time) before the time limit,
+        at once if the limit is closer than that; none without a delay or a time limit."""
+        if job.warn_signal is None or not job.warn_delay or job.time_limit is None:
+            return None
+        slurm_seconds = max(0, job.time_limit * 60 - job.warn_delay)
+        return KillWarning(slurm_seconds * self.seconds_per_minute / 60, lambda: self._warn(job))
+
+    def _warn(self, job: Job) -> None:
+        if job.warn_signal is not None and job.stop_reason is None and not job.settled:
+            log.info("job %s: warning signal %s", job.job_id, job.warn_signal)
+            self.runner.send_signal(job, job.warn_signal, batch_only=job.warn_batch_only)
 
     def _time_limit(self, job: Job) -> None:
         if not job.settled:  # a run being killed for a requeue does not time out as well
