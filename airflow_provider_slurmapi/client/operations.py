@@ -379,14 +379,19 @@ def list_jobs(api: ApiSettings) -> Operation[list[JobStatus]]:
     return changes.jobs or []
 
 
-def cancel_job(api: ApiSettings, job_id: object, signal: str | int | None = None) -> Operation[bool]:
+def cancel_job(
+    api: ApiSettings, job_id: object, signal: str | int | None = None, batch_only: bool = False
+) -> Operation[bool]:
     """Ask Slurm to cancel (or signal) a job. A job that already finished counts as success.
+
+    With ``batch_only`` (``scancel --batch``) the signal (KILL if none) goes to the job's batch
+    shell alone and does not cancel the job, though the shell may die of it.
 
     Returns True when the request was accepted for a job still active, False when it had already
     finished. DELETE always answers 200; failures are inside ``status[]``.
     """
     job_id = validate_job_id(job_id)
-    path = api.paths.cancel(job_id, signal)
+    path = api.paths.cancel(job_id, signal, batch_only)
     reply = yield from request(SlurmCall("DELETE", path))
     codes = [(entry.get("error") or {}).get("code", 0) for entry in _records(reply, "status")]
     failures = [code for code in codes if code not in (0, ERROR_ALREADY_COMPLETING, ERROR_INVALID_JOB_ID)]

@@ -61,6 +61,12 @@ def validate_signal(signal: str | int) -> str:
     return text
 
 
+def validate_batch_only(batch_only: object) -> bool:
+    if not isinstance(batch_only, bool):
+        raise InvalidRequestError("batch_only", f"{batch_only!r} is not True or False")
+    return batch_only
+
+
 @dataclass(frozen=True)
 class SlurmPaths:
     """The Slurm REST paths this provider uses, for one API version."""
@@ -76,9 +82,13 @@ class SlurmPaths:
     def job(self, job_id: object) -> str:
         return f"/slurm/{self.api_version}/job/{validate_job_id(job_id)}"
 
-    def cancel(self, job_id: object, signal: str | int | None = None) -> str:
+    def cancel(self, job_id: object, signal: str | int | None = None, batch_only: bool = False) -> str:
+        """``batch_only``: the signal goes to the batch shell alone (``scancel --batch``)."""
         path = self.job(job_id)
-        return f"{path}?{urlencode({'signal': validate_signal(signal)})}" if signal is not None else path
+        query = {} if signal is None else {"signal": validate_signal(signal)}
+        if validate_batch_only(batch_only):
+            query["flags"] = "BATCH_JOB"
+        return f"{path}?{urlencode(query)}" if query else path
 
     def jobs(self, update_time: int | None = None) -> str:
         since = "" if update_time is None else f"?update_time={int(update_time)}"

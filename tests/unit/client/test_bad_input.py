@@ -36,6 +36,10 @@ def cancel(job_id: object, signal: object = None) -> Callable[[], object]:
     return lambda: client().cancel_job(job_id, signal)  # type: ignore[arg-type]
 
 
+def cancel_batch_only(batch_only: object) -> Callable[[], object]:
+    return lambda: client().cancel_job(1, "USR1", batch_only)  # type: ignore[arg-type]
+
+
 def submit(job: object, script: object = SCRIPT) -> Callable[[], object]:
     return lambda: client().submit_job(job, script)  # type: ignore[arg-type]
 
@@ -76,6 +80,10 @@ CASES: list[tuple[str, Callable[[], object], str, list[str]]] = [
     *[
         (f"signal {value!r}", cancel(1, value), "signal", [repr(value), "KILL, TERM, USR1"])
         for value in ("KILL; rm -rf /", "", "../TERM", "123", "sig kill")
+    ],
+    *[
+        (f"batch_only {value!r}", cancel_batch_only(value), "batch_only", [repr(value), "True or False"])
+        for value in ("yes", 1, None)
     ],
     ("project_id missing", cluster(project_id=""), "project_id", ["is required"]),
     ("project_id with a space", cluster(project_id="My Project"), "project_id", ["'My Project'", "project ID"]),

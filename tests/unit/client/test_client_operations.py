@@ -140,6 +140,11 @@ def test_cancel_with_signal(driver):
     assert driver.calls == [("DELETE", "/slurm/v0.0.42/job/6?signal=KILL")]
 
 
+def test_cancel_with_a_signal_to_the_batch_shell_alone(driver):
+    assert driver.run(operations.cancel_job(API, 6, "USR1", batch_only=True), "delete_running.json") is True
+    assert driver.calls == [("DELETE", "/slurm/v0.0.42/job/6?signal=USR1&flags=BATCH_JOB")]
+
+
 def test_cancel_completed_job_is_success_false(driver, slurm_fixture, caplog):
     assert slurm_fixture("delete_completed.json")["status"][0]["error"]["code"] == 2021
     with caplog.at_level(logging.INFO):

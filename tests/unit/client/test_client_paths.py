@@ -107,6 +107,9 @@ def test_cancel_path():
     assert PATHS.cancel(6, "SIGUSR1") == "/slurm/v0.0.42/job/6?signal=SIGUSR1"
     assert PATHS.cancel(6, 9) == "/slurm/v0.0.42/job/6?signal=9"
     assert PATHS.cancel("10_3", "TERM") == "/slurm/v0.0.42/job/10_3?signal=TERM"
+    # scancel --batch
+    assert PATHS.cancel(6, "USR1", batch_only=True) == "/slurm/v0.0.42/job/6?signal=USR1&flags=BATCH_JOB"
+    assert PATHS.cancel(6, batch_only=True) == "/slurm/v0.0.42/job/6?flags=BATCH_JOB"
 
 
 @pytest.mark.parametrize("signal", ["KILL&x=1", "KILL/..", "", "K ILL", "123", "-9", "KILL?", "#"])
