@@ -6,7 +6,11 @@ writes the object.
 Others can write where the script is staged (other jobs through a shared mount, other principals
 on the bucket), so the wrapper runs only what Airflow staged: it copies the object to a file
 private to the job, opens the copy, checks the open copy's hash, and runs that same open file. A
-changed (or missing) object runs nothing: the job ends with ``STAGED_SCRIPT_CHANGED``."""
+changed (or missing) object runs nothing: the job ends with ``STAGED_SCRIPT_CHANGED``.
+
+A job that runs a staged script carries its mark (``STAGED_MARK`` and the start of its sha256) in
+its comment, which the live queue shows: the retention keeps the scripts of the jobs Slurm may
+still start or start again."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import hashlib
 import posixpath
 import re
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,11 +27,14 @@ from airflow_provider_slurmapi.client.job_description import submission_body
 from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.client.output import OutputSettings, safe_segment
 from airflow_provider_slurmapi.client.paths import SlurmPaths
+from airflow_provider_slurmapi.client.submission import with_key
 
 STAGED_FOLDER = "staged"  # under output_cluster_path / output_uri, then one folder per DAG
 STAGED_SCRIPT_CHANGED = 97  # the wrapper's exit code when the staged object is not what Airflow staged
 _CHANGED_NOTE = "was changed after Airflow staged it"
 _CHANGED_LINE = re.compile(rf"staged script (\S+) {_CHANGED_NOTE}")
+STAGED_MARK = "airflow-staged="  # a job's comment: the staged script it runs, by its sha256's start
+_MARK_DIGITS = 16  # short, for the comment's length; two scripts sharing it only keep each other
 
 
 def submit_call(job: dict[str, Any], script: str, paths: SlurmPaths) -> SlurmCall:
@@ -59,6 +67,27 @@ class StagedScript:
     def folder(self) -> str:
         """The DAG's folder of staged scripts, as a location under output_uri."""
         return posixpath.dirname(self.location)
+
+
+def staged_mark(script: str) -> str:
+    """The mark in the comment of a job that runs ``script`` staged, e.g. ``airflow-staged=9c1f...``."""
+    return STAGED_MARK + hashlib.sha256(script.encode()).hexdigest()[:_MARK_DIGITS]
+
+
+def with_staged_mark(job: dict[str, Any], script: str) -> dict[str, Any]:
+    """The job description with the mark of ``script`` (staged) added to its comment."""
+    return with_key(job, staged_mark(script))
+
+
+def scripts_in_use(names: Iterable[str], comments: Iterable[str]) -> set[str]:
+    """Of ``names`` (staged objects, ``<sha256>.script``), those that a job with one of ``comments`` runs."""
+    marked = {
+        token[len(STAGED_MARK) :]
+        for comment in comments
+        for token in comment.split()
+        if token.startswith(STAGED_MARK) and len(token) == len(STAGED_MARK) + _MARK_DIGITS
+    }
+    return {name for name in names if name[:_MARK_DIGITS] in marked}
 
 
 def wrapper_script(script: str, cluster_file: str, location: str) -> str:

@@ -10,7 +10,7 @@ import enum
 import hashlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
@@ -116,36 +116,43 @@ class ObjectStore:
         )
         return [blob.name[len(prefix) :] for blob in blobs if not blob.name[len(prefix) :].startswith(".")]
 
-    def remove_older(self, folder: str, max_age: float, keep: str) -> list[str]:
+    def remove_older(self, folder: str, max_age: float, keep: Callable[[list[str]], Collection[str]]) -> list[str]:
         """Remove the objects right under ``folder`` last staged more than ``max_age`` seconds ago,
-        but ``keep``; the locations removed. Best effort: what cannot be listed or removed stays."""
+        but the names (last segments) ``keep`` gives of theirs: it is called once, only when there
+        are such objects, before any is removed. The locations removed. Best effort: what cannot
+        be listed or removed stays."""
         cutoff = time.time() - max_age
-        parts = urlsplit(folder)
-        removed = []
-        if parts.scheme == "file":
-            path = unquote(parts.path)
-            with os.scandir(path) as entries:
-                old = [
-                    e
-                    for e in entries
-                    if e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_mtime < cutoff
-                ]
-            for entry in old:
-                location = f"{folder}/{entry.name}"
-                if location != keep:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(entry.path)
-                    removed.append(location)
-            return removed
+        if urlsplit(folder).scheme == "file":
+            return self._remove_older_files(folder, cutoff, keep)
         from google.api_core.exceptions import NotFound
 
         prefix = object_name(folder).rstrip("/") + "/"
-        for blob in self._storage.bucket(folder).list_blobs(prefix=prefix, delimiter="/"):
-            location = f"gs://{parts.netloc}/{blob.name}"
-            if location != keep and _staged_at(blob) < cutoff:
+        listed = self._storage.bucket(folder).list_blobs(prefix=prefix, delimiter="/")
+        old = {blob.name[len(prefix) :]: blob for blob in listed if _staged_at(blob) < cutoff}
+        kept = set(keep(list(old))) if old else set()
+        removed = []
+        for name, blob in old.items():
+            if name not in kept:
                 with contextlib.suppress(NotFound):
                     blob.delete(if_generation_match=blob.generation)  # not one rewritten since the listing
-                removed.append(location)
+                removed.append(f"{folder}/{name}")
+        return removed
+
+    @staticmethod
+    def _remove_older_files(folder: str, cutoff: float, keep: Callable[[list[str]], Collection[str]]) -> list[str]:
+        with os.scandir(unquote(urlsplit(folder).path)) as entries:
+            old = {
+                entry.name: entry.path
+                for entry in entries
+                if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < cutoff
+            }
+        kept = set(keep(list(old))) if old else set()
+        removed = []
+        for name, path in old.items():
+            if name not in kept:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                removed.append(f"{folder}/{name}")
         return removed
 
     def read(self, location: str, wait: float, max_bytes: int, *, within: str | None = None) -> bytes:

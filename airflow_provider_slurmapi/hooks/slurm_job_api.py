@@ -8,6 +8,7 @@ impersonation chain, ADC) works here too, under the same extra keys.
 from __future__ import annotations
 
 import asyncio
+import posixpath
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -265,7 +266,9 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
         if max_age is None:
             return
         try:
-            removed = store.remove_older(staged.folder, max_age, keep=staged.location)
+            removed = store.remove_older(
+                staged.folder, max_age, keep=lambda old: self._staged_still_needed(staged, old)
+            )
         except Exception as error:
             self.log.warning("Could not remove old staged scripts under %s: %s", staged.folder, error)
             return
@@ -276,6 +279,34 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
                 staged.folder,
                 max_age / 86400,
             )
+
+    def _staged_still_needed(self, staged: StagedScript, old: list[str]) -> set[str]:
+        """Of ``old`` (names of the DAG's scripts past the retention), those to keep: the one staged
+        now, and those a job in the live queue runs (pending, held, running, suspended, requeued, or
+        just ended: Slurm can still requeue it). All of them when the queue cannot be read."""
+        from airflow_provider_slurmapi.client.staging import scripts_in_use
+
+        current = posixpath.basename(staged.location)
+        if not set(old) - {current}:
+            return set(old)
+        try:
+            comments = [job.comment for job in self.list_jobs()]
+        except Exception as error:
+            self.log.warning(
+                "Kept the old staged scripts under %s: the live queue, which tells the jobs that may still run "
+                "them, could not be read: %s",
+                staged.folder,
+                error,
+            )
+            return set(old)
+        in_use = scripts_in_use(old, comments)
+        if in_use - {current}:
+            self.log.info(
+                "Kept %d staged script(s) under %s past the retention: a job in the queue runs them",
+                len(in_use - {current}),
+                staged.folder,
+            )
+        return in_use | {current}
 
     def read_object(self, location: str, wait: float, max_bytes: int, *, within: str | None = None) -> bytes:
         """A whole object at the output location (``gs://`` or ``file://``), waited for up to ``wait`` s;

@@ -246,10 +246,10 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         job = with_output_paths({"name": ti.task_id, **self.job}, self.output_settings, ti, self.log)
         # a script too large for the request is staged by itself (one object per content, whatever
         # the try), and the wrapper that runs it submitted; live output wraps what is submitted
-        fitted = self.hook.fit_script(with_key(job, key), self.script, self.output_settings, dag_id=ti.dag_id)
+        job, fitted = self._fit(job, key, self.script, ti.dag_id)
         self.script = self._with_live_output(job, fitted)
         if self.script != fitted:  # the live wrapper's few lines may take a script just past the limit
-            self.script = self.hook.fit_script(with_key(job, key), self.script, self.output_settings, dag_id=ti.dag_id)
+            job, self.script = self._fit(job, key, self.script, ti.dag_id)
         # the first try, or the first after a user's clear: the job runs afresh
         new_round = not is_automatic_retry(ti, self.retries)
         adopt_completed = self._may_adopt_completed_job(ti)
@@ -274,6 +274,16 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
                 context, self.output_settings.location_of(expand_pattern(job["standard_output"], job_id=self.job_id))
             )
         return submission
+
+    def _fit(self, job: dict[str, Any], key: str, script: str, dag_id: str) -> tuple[dict[str, Any], str]:
+        """The job and the script to submit: a script staged for its size is run by a wrapper, and
+        the job's comment carries its mark (the retention keeps it while the job may run it)."""
+        from airflow_provider_slurmapi.client.staging import with_staged_mark
+
+        fitted = self.hook.fit_script(with_key(job, key), script, self.output_settings, dag_id=dag_id)
+        if fitted == script:
+            return job, script
+        return with_staged_mark(job, script), fitted
 
     def _with_live_output(self, job: dict[str, Any], script: str) -> str:
         """The script, run by the live-output wrapper when live output is on and can work; the

@@ -1,6 +1,6 @@
 """Staging in Cloud Storage, through the real google-cloud-storage client and the stand-in: an
 object written once, left (its time refreshed) while it holds the script, written again when
-someone changed it, and a DAG's old scripts removed while other DAGs' and the current one stay."""
+someone changed it, and a DAG's old scripts removed while other DAGs' and those kept stay."""
 
 from __future__ import annotations
 
@@ -60,8 +60,15 @@ def test_a_dags_scripts_older_than_the_retention_are_removed_and_no_others(store
     for name in ("1.script", "2.script"):
         store.stage(f"{folder}/{name}", name.encode(), within=PREFIX)
     store.stage(f"{PREFIX}/staged/other/3.script", b"3", within=PREFIX)
-    assert store.remove_older(folder, 3600, keep=f"{folder}/1.script") == []  # all younger than an hour
-    removed = store.remove_older(folder, -60, keep=f"{folder}/1.script")  # a cutoff ahead: every one is older
-    assert removed == [f"{folder}/2.script"]
+    asked: list[list[str]] = []
+
+    def keep_first(old: list[str]) -> set[str]:
+        asked.append(old)
+        return {"1.script"}
+
+    assert store.remove_older(folder, 3600, keep=keep_first) == []  # all younger than an hour
+    assert asked == []  # nothing old: nothing to ask about
+    removed = store.remove_older(folder, -60, keep=keep_first)  # a cutoff ahead: every one is older
+    assert removed == [f"{folder}/2.script"] and asked == [["1.script", "2.script"]]
     assert blob("staging/staged/old/1.script") is not None and blob("staging/staged/old/2.script") is None
     assert blob("staging/staged/other/3.script") is not None

@@ -354,11 +354,21 @@ def test_a_script_past_the_limit_is_staged_once_and_a_wrapper_submitted(
     assert [" staged at " in said[0], "already staged at" in said[1]] == [True, True], said
 
 
+QUEUE = f"/slurm/{V}/jobs/"
+
+
+def queue_of(*comments: str) -> SlurmReply:
+    """The live queue: one job for each comment."""
+    return SlurmReply(
+        200, {"jobs": [{"job_id": n, "job_state": ["PENDING"], "comment": c} for n, c in enumerate(comments)]}
+    )
+
+
 def test_a_staged_script_changed_since_is_staged_again_and_old_ones_removed(
     make_hook: Callable[..., SlurmJobApiHook], tmp_path: Any, task_log: Callable[[], str]
 ) -> None:
     settings = OutputSettings(uri=f"file://{tmp_path}", cluster_path="/mnt/out", staged_retention_days=1)
-    hook = make_hook()
+    hook = make_hook({("GET", QUEUE): [queue_of("airflow-key=1")]})
     hook.fit_script({"name": "a"}, BIG, settings, dag_id="d")
     [staged] = (tmp_path / "staged" / "d").iterdir()
     staged.write_text("#!/bin/bash\necho someone else\n")
@@ -376,6 +386,54 @@ def test_a_staged_script_changed_since_is_staged_again_and_old_ones_removed(
     assert "staged again (the object there had been changed) at" in logged, logged
     assert not old.exists() and other_dag.exists()  # only the DAG's own folder is cleaned
     assert "Removed 1 staged script(s)" in logged, logged
+
+
+def old_staged(tmp_path: Any, *digits: str) -> list[Any]:
+    """Scripts of DAG ``d`` last staged two days ago, one for each hex digit."""
+    folder = tmp_path / "staged" / "d"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / (digit * 64 + ".script") for digit in digits]
+    for path in paths:
+        path.write_text("an old script")
+        os.utime(path, (time.time() - 2 * 86400,) * 2)
+    return paths
+
+
+def test_an_old_staged_script_a_job_in_the_queue_runs_is_kept(
+    make_hook: Callable[..., SlurmJobApiHook], tmp_path: Any, task_log: Callable[[], str]
+) -> None:
+    settings = OutputSettings(uri=f"file://{tmp_path}", cluster_path="/mnt/out", staged_retention_days=1)
+    held, unused = old_staged(tmp_path, "a", "b")
+    hook = make_hook({("GET", QUEUE): [queue_of("", f"airflow-key=1 airflow-staged={'a' * 16}")]})
+    task_log()
+    hook.fit_script({"name": "a"}, BIG, settings, dag_id="d")
+    logged = task_log()
+    assert held.exists() and not unused.exists()
+    assert hook.client.calls == [("GET", QUEUE)]  # type: ignore[attr-defined]  # the queue, once
+    assert "Kept 1 staged script(s)" in logged and "Removed 1 staged script(s)" in logged, logged
+
+
+def test_no_old_staged_script_is_removed_when_the_queue_cannot_be_read(
+    make_hook: Callable[..., SlurmJobApiHook], tmp_path: Any, task_log: Callable[[], str]
+) -> None:
+    settings = OutputSettings(uri=f"file://{tmp_path}", cluster_path="/mnt/out", staged_retention_days=1)
+    old = old_staged(tmp_path, "a", "b")
+    hook = make_hook({("GET", QUEUE): [PermissionDeniedError(403, "PERMISSION_DENIED", "no access to c1")]})
+    task_log()
+    assert hook.fit_script({"name": "a"}, BIG, settings, dag_id="d").startswith("#!/bin/bash")
+    assert all(path.exists() for path in old)
+    assert "Kept the old staged scripts under" in task_log()
+
+
+def test_the_queue_is_not_read_while_no_staged_script_is_old(
+    make_hook: Callable[..., SlurmJobApiHook], tmp_path: Any
+) -> None:
+    settings = OutputSettings(uri=f"file://{tmp_path}", cluster_path="/mnt/out", staged_retention_days=1)
+    hook = make_hook()
+    hook.fit_script({"name": "a"}, BIG, settings, dag_id="d")
+    hook.fit_script({"name": "a"}, BIG + "echo again\n", settings, dag_id="d")
+    assert hook.client.calls == []  # type: ignore[attr-defined]
+    assert len(list((tmp_path / "staged" / "d").iterdir())) == 2
 
 
 def test_staging_writes_no_file_through_a_planted_link(

@@ -14,6 +14,7 @@ from airflow_provider_slurmapi.client.jobs import JobStatus, RecordSource
 from airflow_provider_slurmapi.client.live_output import LiveOutputSettings
 from airflow_provider_slurmapi.client.operations import JobRecords
 from airflow_provider_slurmapi.client.output import OutputSettings
+from airflow_provider_slurmapi.client.staging import staged_mark
 from airflow_provider_slurmapi.client.submission import Outcome, Submission, submission_key
 from airflow_provider_slurmapi.client.usage import JobUsage
 from airflow_provider_slurmapi.links import SlurmJobOutputLink
@@ -812,6 +813,31 @@ def test_cancel_of_a_finished_job_returns_its_state() -> None:
 def submitted_script(hook: FakeHook) -> str:
     *_, ((_, script, _), _) = hook.named("fit_script")
     return script
+
+
+class StagingHook(FakeHook):
+    """Stages every script but its own wrappers: the wrapper names what it runs."""
+
+    def fit_script(
+        self, job: dict[str, Any], script: str, settings: OutputSettings, *, dag_id: str | None = None
+    ) -> str:
+        self._record("fit_script", job, script, settings)
+        return script if "# wrapper" in script else f"#!/bin/bash\n# wrapper of {len(script)} bytes\n"
+
+
+@pytest.mark.parametrize("live_output", [True, False])
+def test_a_job_that_runs_a_staged_script_carries_its_mark_in_its_comment(live_output: bool) -> None:
+    hook = StagingHook(settings=READABLE)
+    submit_op(hook, job={"partition": "a3", "comment": "mine"}, live_output=live_output).execute(ctx())
+    [((job, *_), _)] = hook.named("submit_once")
+    assert job["comment"] == f"mine {staged_mark(SCRIPT)}"  # the key is added by submit_once
+
+
+def test_a_job_whose_script_fits_carries_no_staged_mark() -> None:
+    hook = FakeHook(settings=READABLE)
+    submit_op(hook, live_output=False).execute(ctx())
+    [((job, *_), _)] = hook.named("submit_once")
+    assert "comment" not in job
 
 
 def test_live_output_is_on_by_default_where_the_output_locations_are_set() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import posixpath
 import subprocess
 from pathlib import Path
 
@@ -15,7 +16,10 @@ from airflow_provider_slurmapi.client.staging import (
     STAGED_SCRIPT_CHANGED,
     StagedScript,
     changed_script_headline,
+    scripts_in_use,
+    staged_mark,
     submit_call,
+    with_staged_mark,
 )
 
 SETTINGS = OutputSettings(uri="gs://bucket/airflow", cluster_path="/mnt/out")
@@ -99,3 +103,19 @@ def test_the_limit_is_the_request_as_sent() -> None:
     big = "#!/bin/bash\n" + "#" * (1024 * 1024) + "\n"
     assert submit_call(JOB, small, paths).fits()
     assert not submit_call(JOB, big, paths).fits()
+
+
+def test_a_jobs_staged_mark_names_the_start_of_its_scripts_hash_and_keeps_its_comment() -> None:
+    staged = StagedScript.plan("#!/bin/bash\necho big\n", SETTINGS, "d")
+    mark = staged_mark("#!/bin/bash\necho big\n")
+    digits = mark.removeprefix("airflow-staged=")
+    assert len(digits) == 16 and posixpath.basename(staged.cluster_file).startswith(digits)
+    marked = with_staged_mark({**JOB, "comment": "mine airflow-key=1"}, "#!/bin/bash\necho big\n")
+    assert marked["comment"] == f"mine airflow-key=1 {mark}"
+
+
+def test_the_scripts_in_use_are_those_whose_mark_a_comment_carries() -> None:
+    used, unused = "a" * 64 + ".script", "b" * 64 + ".script"
+    comments = ["", "a user's note", f"airflow-key=1 airflow-staged={'a' * 16}", "airflow-staged="]
+    assert scripts_in_use([used, unused], comments) == {used}
+    assert scripts_in_use([used, unused], [f"airflow-staged={'b' * 15}"]) == set()  # not a mark: kept by none
