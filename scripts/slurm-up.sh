@@ -97,7 +97,7 @@ Slurm 24.11 is up (chroot $ROOT).
                           X-SLURM-USER-TOKEN: <contents of $STATE/token>
   REST (unix socket, rest_auth/local, no auth headers; every request acts as $TUSER):
                           $ROOT/run/slurmrestd/slurmrestd.socket
-  partition: debug (default); urgent preempts it (requeue)   cluster: $CLUSTER   account: $ACCOUNT   node: node1
+  partition: debug (default); urgent preempts it (requeue); shared runs many small jobs at once   cluster: $CLUSTER   account: $ACCOUNT   node: node1
   env file:  $STATE/env   (source it: SLURMRESTD_URL, SLURM_USER_NAME, SLURM_JWT, ...)
   new token: chroot $ROOT scontrol token username=$TUSER lifespan=3600
   CLI:       chroot $ROOT squeue | sacct | scontrol show job N
@@ -226,6 +226,8 @@ NodeName=node1 NodeAddr=127.0.0.1 NodeHostname=$HN CPUs=$NCPU RealMemory=$MEM_MB
 PartitionName=debug Nodes=node1 Default=YES MaxTime=INFINITE State=UP
 # a job in "urgent" (higher PriorityTier) preempts "debug" jobs on node1: requeued if they allow it, else cancelled
 PartitionName=urgent Nodes=node1 MaxTime=INFINITE PriorityTier=10 State=UP
+# many small jobs at once on the one node (up to 32 per CPU): the differential tests submit all their cases together
+PartitionName=shared Nodes=node1 MaxTime=INFINITE OverSubscribe=FORCE:32 State=UP
 EOF
 echo 'CgroupPlugin=disabled' > "$ROOT/etc/slurm/cgroup.conf"
 cat > "$ROOT/etc/slurm/slurmdbd.conf" <<EOF
