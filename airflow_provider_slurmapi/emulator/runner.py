@@ -66,14 +66,18 @@ node, argv = sys.argv[1], sys.argv[2:]
 try:
     os.execv(argv[0], argv)
 except OSError as exc:
-    os.write(2, f"slurmstepd-{node}: error: execve(): {argv[0]}: {exc.strerror}\n".encode())
+    what = argv[0]
+    if exc.errno == 2 and os.path.exists(what):  # the script is there: its interpreter is not
+        with open(what, "rb") as script:
+            what = "bad interpreter(" + script.readline().decode(errors="replace")[2:].rstrip("\n") + ")"
+    os.write(2, f"slurmstepd-{node}: error: execve(): {what}: {exc.strerror}\n".encode())
     os._exit(exc.errno or 1)
 """
 
 
 def _with_default_signals(argv: list[str], node: str) -> list[str]:
     """``argv`` run through the shim above (-I -S: no site or user paths to import)."""
-    return [sys.executable, "-I", "-S", "-c", _DEFAULT_SIGNALS_SHIM, node, *argv]
+    return [sys.executable or "python3", "-I", "-S", "-c", _DEFAULT_SIGNALS_SHIM, node, *argv]
 
 
 @dataclass(frozen=True)

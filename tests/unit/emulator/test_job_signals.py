@@ -176,3 +176,10 @@ def test_kill_warning_signal_must_be_one_slurm_knows(api: Api, workdir: Path) ->
     status, reply = api.call("POST", f"{JOB}/submit", {"job": desc, "script": "#!/bin/bash\ntrue\n"})
     assert status == 422
     assert "Unknown signal NOPE" in reply["errors"][0]["description"]
+
+
+def test_a_script_whose_interpreter_is_missing_fails_as_slurmstepds_execve_does(api: Api, workdir: Path) -> None:
+    job = api.wait(api.submit("#!/no/such/shell\ntrue\n", current_working_directory=str(workdir)))
+    assert (job["job_state"], job["exit_code"]["return_code"]["number"]) == (["FAILED"], 2)  # ENOENT
+    expected = "slurmstepd-node1: error: execve(): bad interpreter(/no/such/shell): No such file or directory"
+    assert _output(workdir, job["job_id"]).splitlines() == [expected]
