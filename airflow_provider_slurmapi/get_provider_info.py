@@ -91,7 +91,8 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
     "output_staged_retention_days": _text(
         "Staged scripts: days kept",
         "A DAG's staged scripts (those past the request limit) not staged again for this many days are "
-        f"removed when it stages another, {_range(STAGED_RETENTION_DAYS_RANGE)}; 0 keeps them. "
+        "removed when it stages another, but those a job in the cluster's live queue may still run "
+        f"(pending, running, suspended, requeued), {_range(STAGED_RETENTION_DAYS_RANGE)}; 0 keeps them. "
         f"Empty: {DEFAULT_STAGED_RETENTION_DAYS:g}.",
         pattern=r"^\d+(\.\d+)?$",
     ),

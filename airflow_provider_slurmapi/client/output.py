@@ -51,7 +51,8 @@ class OutputSettings:
     :param tail_bytes: at most this many bytes read from the end of each file.
     :param wait: seconds to wait for the output to appear after the job ends.
     :param staged_retention_days: a DAG's staged scripts not staged again for this many days are
-        removed when it stages another (0: kept); None: the connection's, else 7.
+        removed when it stages another, but those a job in the live queue runs (0: kept); None:
+        the connection's, else 7.
     """
 
     uri: str | None = None

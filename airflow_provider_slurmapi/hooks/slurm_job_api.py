@@ -238,8 +238,10 @@ class SlurmJobApiHook(GoogleBaseHook, SyncOperations):
         staged under ``settings``' output location, which the nodes see, in the DAG's own folder
         (``staged/<dag_id>/<sha256>.script``), and a short wrapper that runs a checked copy of it.
         An object changed since an earlier staging is staged again; the DAG's scripts not staged
-        for ``staged_retention_days`` are removed. Without an output location, the submit's own
-        error (which names the two settings) is raised now, before anything is sent."""
+        for ``staged_retention_days`` are removed, but those a job in the live queue runs (a job
+        carries the mark of the script it runs in its comment: ``staging.with_staged_mark``).
+        Without an output location, the submit's own error (which names the two settings) is
+        raised now, before anything is sent."""
         from airflow_provider_slurmapi.client.staging import StagedScript, submit_call
         from airflow_provider_slurmapi.hooks.object_store import Staged
 

@@ -54,8 +54,10 @@ class SlurmWaitingOperator(SlurmBaseOperator):
     :param output_tail_bytes: at most this many bytes read from the end of each file (1 KiB-16 MiB).
     :param output_wait: seconds to wait for the output to appear after the job ends (0-600).
     :param output_staged_retention_days: a DAG's staged scripts (past the request limit) not staged
-        again for this many days are removed when it stages another (0-3650, 0 keeps them);
-        overrides the connection's, else 7. The submit operator's only.
+        again for this many days are removed when it stages another (0-3650, 0 keeps them), but
+        those a job in the cluster's live queue may still run (pending, running, suspended,
+        requeued: its comment carries the script's mark); overrides the connection's, else 7. The
+        submit operator's only.
     """
 
     operator_extra_links = (SlurmJobOutputLink(),)
