@@ -7,6 +7,7 @@ their HTTP and Google libraries are imported only when a task runs.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -205,7 +206,8 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
             return self._finish(context, submission.status)
         if not self.wait_for_completion:
             return submission.job_id
-        reader = self._live_reader(submission.job_id) if submission.outcome == Outcome.SUBMITTED else None
+        submitted = self._submitted_at(submission)
+        reader = self._live_reader(submission.job_id, submitted) if submission.outcome == Outcome.SUBMITTED else None
         if self.deferrable:
             self.defer_until_finished(
                 context,
@@ -253,6 +255,7 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
         # the first try, or the first after a user's clear: the job runs afresh
         new_round = not is_automatic_retry(ti, self.retries)
         adopt_completed = self._may_adopt_completed_job(ti)
+        self._before_submit = time.time()  # no piece of a job this try submits is older
         submission = self.hook.submit_once(
             job,
             self.script,
@@ -318,15 +321,21 @@ class SlurmSubmitJobOperator(SlurmWaitingOperator):
             script, try_folder=folder, live_folder=live, period=self.live_output.period, array="array" in job
         )
 
-    def _live_reader(self, job_id: str) -> Any:
-        """What shows the job's published lines at each poll; None without live output."""
+    def _submitted_at(self, submission: Submission) -> float:
+        """When the job was submitted (epoch seconds): Slurm's submit time of a job found, else the
+        time just before this try submitted it."""
+        submit_time = submission.status.submit_time if submission.status is not None else None
+        return float(submit_time) if submit_time else self._before_submit
+
+    def _live_reader(self, job_id: str, submitted_at: float) -> Any:
+        """What shows the job's published lines at each poll (from its submission on); None without live output."""
         if not getattr(self, "_live_folders", None):
             return None
         from airflow_provider_slurmapi.client.live_output import LiveFollower, folder_tag
         from airflow_provider_slurmapi.hooks.live_reader import LiveOutputReader
 
         _, folder = self._live_folders  # type: ignore[misc]
-        follower = LiveFollower(job=job_id, tag=folder_tag(folder))
+        follower = LiveFollower.from_submission(job_id, folder_tag(folder), submitted_at)
         settings = self.output_settings
         output_folder = settings.location_of(folder)  # the try's own files, named when lines are skipped
         return LiveOutputReader(self.hook._object_store(), str(settings.uri), self.live_output, follower, output_folder)

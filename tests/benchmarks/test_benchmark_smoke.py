@@ -91,3 +91,22 @@ def test_live_output_cost_quick_prints_its_table() -> None:
     assert any(line.startswith("|") and set(line) <= set("|:- ") for line in lines), result.stdout
     assert any(line.startswith("Machine: ") and "Python" in line and "Airflow" in line for line in lines)
     assert all(" of " in row and "missing" in row for row in rows[1:]), result.stdout
+
+
+@pytest.mark.parametrize(("name", "rows"), [("live_output_listing", 4), ("live_output_progress", 2)])
+def test_live_output_bounds_quick_print_their_tables(name: str, rows: int) -> None:
+    """A pending job's listing in an empty and a busy folder, and a progress bar's memory: a row per
+    provider (the baseline commit, this tree) and folder; the figures are not checked here."""
+    result = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}", "--quick"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    table = [line for line in lines if line.startswith("| ")]
+    assert len(table) == 2 + rows, result.stdout  # header, rule, rows
+    assert any(line.startswith("|") and set(line) <= set("|:- ") for line in lines), result.stdout
+    assert any(line.startswith("Machine: ") and "Python" in line and "Airflow" in line for line in lines)
