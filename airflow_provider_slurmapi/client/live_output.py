@@ -21,12 +21,15 @@ Only the plan is made here (no I/O): the names, their parsing and the script.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from airflow_provider_slurmapi.client.numbers import checked_number
+from airflow_provider_slurmapi.client.output import MAX_LINE_CHARS
 
 LIVE_FOLDER = "live"  # under output_cluster_path / output_uri
 DEFAULT_PERIOD = 10
@@ -151,6 +154,50 @@ def listing_offset(since: float) -> str:
     return f"{max(0, int(since)):010d}"
 
 
+class LiveLine(NamedTuple):
+    """A line of a stream, as the task log shows it."""
+
+    text: str  # at most ``LINE_CAP`` characters, what follows the line's last carriage return
+    end: int | None  # the offset in the job's file just after it; None: not known (a piece was skipped)
+    cut: int = 0  # characters past ``LINE_CAP`` dropped
+
+
+LINE_CAP = MAX_LINE_CHARS  # characters of an unended line kept: what the task log shows of a line
+
+
+def incomplete_tail(data: bytes) -> int:
+    """How many of the last bytes of ``data`` (0-3) begin a UTF-8 character that its next bytes end."""
+    for back in range(1, min(3, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # not a continuation byte: the character's first
+            length = 2 if 0xC0 <= byte < 0xE0 else 3 if 0xE0 <= byte < 0xF0 else 4 if 0xF0 <= byte < 0xF8 else 1
+            return back if length > back else 0
+    return 0
+
+
+def overwritten(text: str) -> tuple[str, bool]:
+    """What a terminal shows of a line that carriage returns rewrote: what follows the last ``\\r``
+    (the last non-empty segment if it ends in ``\\r``); and whether that is the line's own start."""
+    _, carriage_return, segment = text.rstrip("\r").rpartition("\r")
+    return segment, not carriage_return
+
+
+def joined(line: str, cut: int, more: str) -> tuple[str, int]:
+    """The unended ``line`` (``cut``: characters dropped past the cap) followed by ``more``, as kept:
+    only its last carriage return's segment (a trailing ``\\r`` is kept: the next text rewrites
+    the line), at most ``LINE_CAP`` characters. A progress bar costs no more than its last state."""
+    line += more
+    if "\r" in line:
+        segment, whole = overwritten(line)
+        cut = cut if whole else 0
+        line = segment + ("\r" if line.endswith("\r") else "")
+    body = line.rstrip("\r")
+    if len(body) > LINE_CAP:
+        cut += len(body) - LINE_CAP
+        line = body[:LINE_CAP] + line[len(body) :]
+    return line, cut
+
+
 @dataclass
 class LiveFollower:
     """A task's view of its job's pieces: which ones it has shown, and the lines they make.
@@ -158,72 +205,153 @@ class LiveFollower:
     Each stream of each run (a requeue starts a new one) of the job, or of each task of an array,
     is shown once and in order: a piece is taken only after the one before it, whatever order the
     listing finds them in. The state is plain JSON (``to_dict``), so that a trigger started again
-    (another triggerer, a restart) goes on where it was.
+    (another triggerer, a restart) goes on where it was; it stays small: an unended line is kept
+    capped, and a character split between two pieces waits (its first bytes) for the next one.
+
+    Keys are ``"{job ref}-{run}-{stream}"``.
     """
 
     job: str
     tag: str
     since: int = 0  # the listing's offset: no piece still wanted was published before it
-    next_seq: dict[str, int] | None = None  # "{job ref}-{run}-{stream}" -> the next piece's seq
-    partial: dict[str, str] | None = None  # "{job ref}-{run}-{stream}" -> the last line, not ended yet
-    taken: dict[str, int] | None = None  # "{job ref}-{run}-{stream}" -> bytes taken
+    next_seq: dict[str, int] | None = None  # the next piece's seq
+    partial: dict[str, str] | None = None  # the last line, not ended yet (capped, see ``joined``)
+    offset: dict[str, int] | None = None  # the job's file's offset after the bytes taken; gone after a skipped piece
+    shown: dict[str, int] | None = None  # the job's file's offset just after the last line logged
+    start: dict[str, int] | None = None  # the offset of the run's first byte in the job's file
+    cut: dict[str, int] | None = None  # characters of the unended line dropped past the cap
+    held: dict[str, str] | None = None  # (hex) the first bytes of a character the next piece ends
+    changes: int = dataclasses.field(
+        default=0, compare=False
+    )  # counts changes of what was taken or shown: a save is skipped cheaply
 
     SKEW = 120  # seconds the nodes' clocks and the mount's uploads may lag the names' order
+
+    @classmethod
+    def from_submission(cls, job: str, tag: str, submitted_at: float) -> LiveFollower:
+        """A follower of a job submitted at ``submitted_at`` (epoch seconds): none of its pieces is older."""
+        return cls(job=job, tag=tag, since=max(0, int(submitted_at) - cls.SKEW))
 
     def owns(self, piece: Piece) -> bool:
         return piece.tag == self.tag and (piece.job == self.job or piece.job.startswith(f"{self.job}_"))
 
     def wanted(self, names: list[str]) -> list[Piece]:
         """The pieces among ``names`` (a listing) to read now, in the order they are shown."""
+        return self.choose(names)[0]
+
+    def choose(self, names: list[str]) -> tuple[list[Piece], bool]:
+        """``wanted``, and whether they are all of this job's pieces in ``names`` not taken yet (a
+        later one waits for a piece not listed: a seq gap)."""
         next_seq = dict(self.next_seq or {})
         found = sorted(
             (piece for piece in map(Piece.parse, names) if piece and self.owns(piece)),
             key=lambda piece: (piece.job, piece.run, piece.stream, piece.seq),
         )
-        chosen = []
+        chosen, waiting = [], False
         for piece in found:
-            if piece.seq == next_seq.get(piece.key, 0):
+            expected = next_seq.get(piece.key, 0)
+            if piece.seq == expected:
                 chosen.append(piece)
                 next_seq[piece.key] = piece.seq + 1
-        return chosen
+            elif piece.seq > expected:
+                waiting = True
+        return chosen, not waiting
 
-    def take(self, piece: Piece, data: bytes, *, gap: bool = False) -> list[str]:
+    def caught_up(self, listed_from: int, started: float) -> None:
+        """After a listing from ``listed_from`` begun at ``started`` (epoch seconds) in which every
+        piece of this job was taken: any piece still to come was published after ``started - SKEW``.
+        A listing that began after this follower's offset may have missed some: no change."""
+        if listed_from <= self.since < int(started) - self.SKEW:
+            self.since = int(started) - self.SKEW  # not a change to save: a restart lists a little more, once
+
+    def take(self, piece: Piece, data: bytes, *, gap: bool = False) -> list[LiveLine]:
         """The lines ``data`` completes (the piece's stream's unfinished line first); the piece is
-        then shown. ``gap``: the piece is passed over unread (the caps), so no line runs across it."""
+        then shown. ``gap``: the piece is passed over unread (the caps), so no line runs across it
+        and the offsets in the job's file of what follows are not known."""
         key = piece.key
+        self.changes += 1
         self.next_seq = {**(self.next_seq or {}), key: piece.seq + 1}
-        self.taken = {**(self.taken or {}), key: (self.taken or {}).get(key, 0) + len(data)}
-        text = ("" if gap else (self.partial or {}).get(key, "")) + data.decode("utf-8", errors="replace")
-        *lines, rest = text.split("\n")
-        self.partial = {**(self.partial or {}), key: rest}
-        self.since = max(self.since, piece.time - self.SKEW)
+        if piece.seq == 0:
+            self.start = {**(self.start or {}), key: piece.start}
+            self.offset = {**(self.offset or {}), key: piece.start}
+        if gap:
+            self._forget_line(key)
+            return []
+        held = bytes.fromhex((self.held or {}).get(key, ""))
+        raw = held + data
+        keep = incomplete_tail(raw)
+        position = (self.offset or {}).get(key)
+        if position is not None:
+            self.offset = {**(self.offset or {}), key: position + len(data)}
+            position -= len(held)
+        line, cut = (self.partial or {}).get(key, ""), (self.cut or {}).get(key, 0)
+        lines = []
+        *ended, rest = raw[: len(raw) - keep].split(b"\n")
+        for part in ended:
+            line, cut = joined(line, cut, part.decode("utf-8", errors="replace"))
+            position = None if position is None else position + len(part) + 1
+            lines.append(LiveLine(line.rstrip("\r"), position, cut))
+            line, cut = "", 0
+        line, cut = joined(line, cut, rest.decode("utf-8", errors="replace"))
+        self.partial = {**(self.partial or {}), key: line}
+        self.cut = {**(self.cut or {}), key: cut}
+        self.held = {**(self.held or {}), key: raw[len(raw) - keep :].hex()}
         return lines
 
-    def rest(self) -> dict[str, str]:
+    def _forget_line(self, key: str) -> None:
+        self.partial = {**(self.partial or {}), key: ""}
+        self.cut = {**(self.cut or {}), key: 0}
+        self.held = {**(self.held or {}), key: ""}
+        self.offset = {k: v for k, v in (self.offset or {}).items() if k != key}
+
+    def logged(self, key: str, line: LiveLine) -> None:
+        """``line`` of stream ``key`` is in the task log: the job's end leaves out what it shows."""
+        if line.end is not None:
+            self.shown = {**(self.shown or {}), key: line.end}
+            self.changes += 1
+
+    def rest(self) -> dict[str, LiveLine]:
         """Each stream's last line that never ended (shown when the job has ended)."""
-        return {key: text for key, text in (self.partial or {}).items() if text}
+        rest = {}
+        for key, text in (self.partial or {}).items():
+            line = text.rstrip("\r")
+            if line:
+                end = (self.offset or {}).get(key)
+                rest[key] = LiveLine(line, end, (self.cut or {}).get(key, 0))
+        return rest
 
     def shown_bytes(self) -> dict[str, int]:
-        """Bytes of the job's own stdout and stderr files already shown: those of its latest run
-        (a requeued run writes its files anew), by stream; none for an array's tasks."""
-        latest: dict[str, tuple[int, int]] = {}
-        for key, count in (self.taken or {}).items():
-            job, run, stream = key.rsplit("-", 2)
-            name = STREAM_NAMES[stream]
-            if job == self.job and int(run) >= latest.get(name, (-1, 0))[0]:
-                latest[name] = (int(run), count)
-        return {name: count for name, (_, count) in latest.items()}
+        """The bytes of the job's own stdout and stderr files (its latest run's) that the task log
+        showed: up to just after the last line it logged, by stream; none for an array's tasks.
+
+        A requeued run writes its files anew, unless it starts where the earlier runs end
+        (``open_mode: APPEND``: its first piece names that offset)."""
+        shown: dict[str, int] = {}
+        runs = {key for key in (self.next_seq or {}) if key.rsplit("-", 2)[0] == self.job}
+        for key in sorted(runs, key=lambda key: int(key.rsplit("-", 2)[1])):
+            name = STREAM_NAMES[key.rsplit("-", 1)[1]]
+            if key in (self.shown or {}):
+                shown[name] = (self.shown or {})[key]
+            elif not (self.start or {}).get(key):  # a file written anew, none of it shown yet
+                shown[name] = 0
+        return {name: offset for name, offset in shown.items() if offset}
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "job": self.job,
-            "tag": self.tag,
-            "since": self.since,
-            "next_seq": self.next_seq or {},
-            "partial": self.partial or {},
-            "taken": self.taken or {},
-        }
+        state = {name: getattr(self, name) for name in _STATE}
+        return {name: dict(value) if isinstance(value, dict) else value for name, value in state.items()}
 
     @classmethod
     def from_dict(cls, value: dict[str, object]) -> LiveFollower:
-        return cls(**value)  # type: ignore[arg-type]
+        """A follower from its ``to_dict``, or from an earlier version's (new keys optional)."""
+        state = {name: value[name] for name in _STATE if name in value}
+        if "taken" in value:  # an earlier version's bytes taken, from offset 0, all counted as shown
+            state.setdefault("offset", value["taken"])
+            state.setdefault("shown", value["taken"])
+        follower = cls(**state)  # type: ignore[arg-type]
+        partial = {key: joined("", 0, str(text)) for key, text in (follower.partial or {}).items()}
+        follower.partial = {key: text for key, (text, _) in partial.items()}  # an earlier version kept it whole
+        follower.cut = {**{key: cut for key, (_, cut) in partial.items()}, **(follower.cut or {})}
+        return follower
+
+
+_STATE = ("job", "tag", "since", "next_seq", "partial", "offset", "shown", "start", "cut", "held")

@@ -278,7 +278,10 @@ class OutputTail:
         data = self.text.encode()
         if unseen >= len(data):
             return self
-        return replace(self, text=data[-unseen:].decode("utf-8", errors="replace"), problem=None)
+        # ``shown`` ends a line, and the text leaves out the file's last newline: the slice then
+        # begins with the newline that ended the last line shown
+        rest = data[-unseen:].removeprefix(b"\n")
+        return replace(self, text=rest.decode("utf-8", errors="replace"), problem=None)
 
     @property
     def line_prefix(self) -> str:

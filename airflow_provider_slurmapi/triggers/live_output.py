@@ -22,6 +22,7 @@ import json
 import logging
 import random
 import time
+import weakref
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ LINES_PER_SLICE = 200  # lines logged before the event loop runs other tasks aga
 READ_THREADS = 4  # reads of pieces at once: few, so that the event loop is not starved of the GIL
 _SAVING: set[asyncio.Future[None]] = set()  # saves of stopping triggers, kept to their end
 _READS: ThreadPoolExecutor | None = None
+_TURNS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
 def _reads() -> ThreadPoolExecutor:
@@ -55,6 +57,15 @@ def _reads() -> ThreadPoolExecutor:
     return _READS
 
 
+def _logging_turn() -> asyncio.Lock:
+    """Whose turn it is to log: one trigger's lines per turn of the event loop, so that a thousand
+    reads ending together are not all logged in one turn (which would hold every other trigger)."""
+    loop = asyncio.get_running_loop()
+    if loop not in _TURNS:
+        _TURNS[loop] = asyncio.Lock()
+    return _TURNS[loop]
+
+
 def _job_key(tag: str, job: str) -> tuple[str, str]:
     """What a piece and its follower share: the tag and the job ID (an array's, for its tasks)."""
     return tag, job.split("_", 1)[0]
@@ -62,21 +73,24 @@ def _job_key(tag: str, job: str) -> tuple[str, str]:
 
 @dataclass
 class Listing:
-    """One listing of a ``live/`` folder (``names``), or why it failed; ``by_job``: its pieces' names by ``_job_key``."""
+    """One listing of a ``live/`` folder (``names``), or why it failed; ``by_job``: its pieces' names by
+    ``_job_key``; ``listed_from`` and ``started``: its offset and when it began (epoch seconds)."""
 
     names: list[str] = field(default_factory=list)
     error: SlurmJobApiError | None = None
     by_job: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    listed_from: int = 0
+    started: float = 0.0
 
     @classmethod
-    def of(cls, names: list[str]) -> Listing:
+    def of(cls, names: list[str], listed_from: int = 0, started: float = 0.0) -> Listing:
         """The listing of these names, each parsed once (in the listing's thread)."""
         by_job: dict[tuple[str, str], list[str]] = {}
         for name in names:
             piece = Piece.parse(name)
             if piece is not None:
                 by_job.setdefault(_job_key(piece.tag, piece.job), []).append(name)
-        return cls(names, by_job=by_job)
+        return cls(names, by_job=by_job, listed_from=listed_from, started=started)
 
     def names_of(self, follower: LiveFollower) -> list[str]:
         """The names that may be ``follower``'s pieces (its job's, or its tasks')."""
@@ -111,9 +125,14 @@ class LiveListingPoller(IntervalPoller[Listing]):
     async def _read(self) -> Listing:
         if not self.followers:  # the last trigger left while its last listing waited
             return Listing()
-        offset = min(listing_offset(follower.since) for follower in list(self.followers.values()))
+        since = min(follower.since for follower in list(self.followers.values()))
         store = await self.store()
-        return await asyncio.to_thread(lambda: Listing.of(store.names_from(self.folder, offset)))
+
+        def listing() -> Listing:
+            started = time.time()
+            return Listing.of(store.names_from(self.folder, listing_offset(since)), since, started)
+
+        return await asyncio.to_thread(listing)
 
     async def last_listing(self) -> Listing:
         """A listing begun after this call, for triggers whose jobs ended: those that ask within
@@ -157,17 +176,25 @@ class PositionStore:
         self.log = log
 
     async def load(self) -> LiveFollower | None:
-        try:
-            value = await _apart(_variables().get)(self.key, None)
+        def read() -> LiveFollower | None:
+            value = _variables().get(self.key, None)
             return LiveFollower.from_dict(json.loads(value)) if value else None
+
+        try:
+            return await _apart(read)()
         except Exception as error:
             self.log.warning("Cannot read the live output position %s (lines may be shown again): %s", self.key, error)
             return None
 
     async def save(self, follower: LiveFollower) -> None:
         description = "Position of a Slurm job's live output in its task log (airflow-provider-slurmapi)"
+        state = follower.to_dict()  # a copy: the JSON is made in the thread, not on the event loop
+
+        def write() -> None:
+            _variables().set(self.key, json.dumps(state), description=description)
+
         try:
-            await _apart(_variables().set)(self.key, json.dumps(follower.to_dict()), description=description)
+            await _apart(write)()
         except Exception as error:
             self.log.warning(
                 "Cannot save the live output position %s (a restart may show lines again): %s", self.key, error
@@ -193,12 +220,13 @@ class LiveWatch(contextlib.AbstractAsyncContextManager):
         )
         self.within: str = spec["within"]
         self.output_folder: str | None = spec.get("output_folder")
-        self.follower = LiveFollower(job=str(spec["job"]), tag=str(spec["tag"]))
+        # a spec of an earlier version has no ``since``: the listing then starts at the folder's start
+        self.follower = LiveFollower(job=str(spec["job"]), tag=str(spec["tag"]), since=int(spec.get("since", 0)))
         self.hook_kwargs, self.interval, self.log = hook_kwargs, interval, log
         self.positions = PositionStore(self.follower, log)
         self._poller: LiveListingPoller | None = None
         self._reader: LiveOutputReader | None = None
-        self._saved: dict[str, object] = {}
+        self._saved = 0  # the follower's ``changes`` when it was saved
         self._saved_at = 0.0
         self._ended = False
         self._in_flight: asyncio.Future[None] | None = None
@@ -208,7 +236,7 @@ class LiveWatch(contextlib.AbstractAsyncContextManager):
         earlier = await self.positions.load()
         if earlier is not None and (earlier.job, earlier.tag) == (self.follower.job, self.follower.tag):
             self.follower = earlier
-            self._saved = earlier.to_dict()
+            self._saved = earlier.changes
             self.log.info(
                 "Live output of Slurm job %s goes on where an earlier trigger of this wait left it"
                 " (lines it showed in its last %g s may be shown again)",
@@ -229,7 +257,7 @@ class LiveWatch(contextlib.AbstractAsyncContextManager):
         poller.followers.pop(id(self), None)
         if not poller.followers:
             await _LISTINGS.release(poller)
-        if not self._ended and self.follower.to_dict() != self._saved:  # stopped: the next trigger goes on from here
+        if not self._ended and self.follower.changes != self._saved:  # stopped: the next trigger goes on from here
             task = asyncio.ensure_future(self.positions.save(self.follower))
             _SAVING.add(task)
             task.add_done_callback(_SAVING.discard)
@@ -257,7 +285,8 @@ class LiveWatch(contextlib.AbstractAsyncContextManager):
             listing = await self._poller.next_tick()
             if listing.error is None:
                 try:
-                    await self._show(listing.names_of(self.follower))
+                    if await self._show(listing.names_of(self.follower)):
+                        self.follower.caught_up(listing.listed_from, listing.started)
                 except Exception as error:  # live output never ends the wait: the next listing reads on
                     self._surprise(error)
                 await self._save_now_and_then()
@@ -284,12 +313,17 @@ class LiveWatch(contextlib.AbstractAsyncContextManager):
         self._ended = True
         await self.positions.drop()
 
-    async def _show(self, names: list[str]) -> None:
+    async def _show(self, names: list[str]) -> bool:
+        """Read and log the new pieces among ``names`` (this job's); whether every one was taken."""
         reader = await self._ready_reader()
-        if reader is not None and names:
-            # pieces read are logged even if the wait stops meanwhile: the follower has taken them
-            self._in_flight = asyncio.ensure_future(self._read_and_log(reader, names))
-            await asyncio.shield(self._in_flight)
+        if reader is None:
+            return False
+        if not names:
+            return True
+        # pieces read are logged even if the wait stops meanwhile: the follower has taken them
+        self._in_flight = asyncio.ensure_future(self._read_and_log(reader, names))
+        await asyncio.shield(self._in_flight)
+        return reader.took_all
 
     async def _read_and_log(self, reader: LiveOutputReader, names: list[str]) -> None:
         await self._log(await asyncio.get_running_loop().run_in_executor(_reads(), reader.collect, names))
@@ -305,16 +339,18 @@ class LiveWatch(contextlib.AbstractAsyncContextManager):
         return self._reader
 
     async def _log(self, lines: list[tuple[int, str]]) -> None:
-        for count, (level, text) in enumerate(lines, 1):
-            self.log.log(level, "%s", text)
-            if count % LINES_PER_SLICE == 0:
-                await asyncio.sleep(0)  # thousands of lines do not hold the loop
+        if not lines:
+            return
+        async with _logging_turn():
+            for count, (level, text) in enumerate(lines, 1):
+                self.log.log(level, "%s", text)
+                if count % LINES_PER_SLICE == 0:
+                    await asyncio.sleep(0)  # thousands of lines do not hold the loop
 
     async def _save_now_and_then(self) -> None:
         now = time.monotonic()
-        state = self.follower.to_dict()
-        if state != self._saved and now - self._saved_at >= SAVE_SECONDS:
-            self._saved, self._saved_at = state, now
+        if self.follower.changes != self._saved and now - self._saved_at >= SAVE_SECONDS:
+            self._saved, self._saved_at = self.follower.changes, now
             await self.positions.save(self.follower)
 
 

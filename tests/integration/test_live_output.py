@@ -276,8 +276,10 @@ def test_past_the_caps_a_note_names_the_object_holding_every_line(gs_connection:
     task.execute(ctx)
     job_id = ctx["ti"].xcom["job_id"]
     log = task_log()
-    live = log.split(f"Slurm job {job_id} is COMPLETED")[0]
+    live, end = log.split(f"Slurm job {job_id} used")
     assert re.findall(rf"\[job {job_id} stdout\] (line \d+)", live) == ["line 1", "line 2", "line 3"], live
+    # the end excerpt shows exactly the lines the caps kept from the log
+    assert re.findall(rf"\[job {job_id} stdout\] (line \d+|)$", end, re.M) == [f"line {i}" for i in range(4, 21)], end
     stem = f"{PREFIX}/operator_tests/{ctx['ti'].run_id.replace(':', '_')}/t/try-1/{job_id}"
     assert (
         f"[job {job_id} stdout] [... 17 line(s) or piece(s) of this job's stdout not shown here (the caps per read"
