@@ -44,7 +44,11 @@ def test_a_seq_gap_keeps_the_offset_where_the_missing_piece_is_still_listed() ->
 
 def test_pieces_are_taken_in_order_whatever_the_listing_order() -> None:
     follower = LiveFollower("7", TAG)
-    assert follower.wanted([piece(1).name, piece(0).name, piece(0, "err").name]) == [piece(0, "err"), piece(0), piece(1)]
+    assert follower.wanted([piece(1).name, piece(0).name, piece(0, "err").name]) == [
+        piece(0, "err"),
+        piece(0),
+        piece(1),
+    ]
 
 
 def test_lines_are_made_across_pieces_with_the_offset_after_each_in_the_jobs_file() -> None:
