@@ -18,7 +18,7 @@ BEGIN, END = "<!-- differential table: begin -->", "<!-- differential table: end
 def markdown(rows: list[tuple[str, str, str]]) -> str:
     """The table: one row per case, its cells as the suite words them."""
     lines = ["| case | bare | wrapped |", "| --- | --- | --- |"]
-    lines += [f"| {case} | {bare} | {wrapped} |" for case, bare, wrapped in rows]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     return "\n".join(lines)
 
 

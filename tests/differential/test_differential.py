@@ -68,6 +68,8 @@ BY_SUBMISSION = frozenset(
         "SLURM_CPUS_PER_TASK",
         "SLURM_TRES_PER_TASK",
         "SLURM_PRIO_PROCESS",
+        "SLURM_SUBMIT_DIR",
+        "SLURM_SUBMIT_HOST",
     }
 )
 
@@ -221,8 +223,13 @@ class Run:
         return text
 
 
-SIGNAL_NAMES = {1: "HUP", 2: "INT", 3: "QUIT", 6: "ABRT", 9: "KILL", 10: "USR1", 11: "SEGV", 12: "USR2"}
-SIGNAL_NAMES |= {13: "PIPE", 14: "ALRM", 15: "TERM", 17: "CHLD", 20: "TSTP", 21: "TTIN", 22: "TTOU", 25: "XFSZ"}
+SIGNAL_NAMES = dict(
+    enumerate(
+        "HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM STKFLT CHLD CONT STOP TSTP TTIN "
+        "TTOU URG XCPU XFSZ VTALRM PROF WINCH IO PWR SYS".split(),
+        start=1,
+    )
+)
 
 
 def _mask(hex_mask: str) -> str:
@@ -274,7 +281,7 @@ def observe(status: JobStatus, host: Path, run: str, dropped: frozenset[str]) ->
             ["$$ is the batch task" if pid == "pid task" else "$$ is not the batch task" for pid in pids]
             + [f"its parent {parent}" for parent in parents]
         ),
-        dispositions=f"ignored: {'; '.join(ignored) or '?'}; blocked: {'; '.join(blocked) or '?'}",
+        dispositions=f"ignored {' or '.join(ignored) or '?'}, blocked {' or '.join(blocked) or '?'}",
         environment={key: value for key, value in environment.items() if key not in dropped},
     )
 
@@ -529,7 +536,11 @@ def rows(runs: dict[tuple[str, str], Run]) -> list[tuple[str, str, str]]:
     def over_cases(describe: Callable[[Run, Run], str]) -> tuple[str, str]:
         cells = []
         for kind in KINDS:
-            seen = {describe(runs[(case.name, kind)], runs[(case.name, "bare")]) for case in CASES}
+            seen = {
+                f"{'bash' if case.script.startswith('#!/bin/bash') else 'Python'}: "
+                + describe(runs[(case.name, kind)], runs[(case.name, "bare")])
+                for case in CASES
+            }
             cells.append("; ".join(sorted(seen)))
         return cells[0], cells[1]
 
