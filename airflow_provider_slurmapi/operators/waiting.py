@@ -120,6 +120,7 @@ class SlurmWaitingOperator(SlurmBaseOperator):
         """Report the finished job (usage as XCom ``usage``, output in the log and its link), then
         fail the task, naming the state, the reason, the exit code and the end of its error output,
         unless the job succeeded. ``live_shown``: the bytes of each stream the log showed while it ran."""
+        from airflow_provider_slurmapi.client.live_wrapper import uncopied_script_headline
         from airflow_provider_slurmapi.client.staging import changed_script_headline
         from airflow_provider_slurmapi.job_report import report_job_end
 
@@ -130,7 +131,8 @@ class SlurmWaitingOperator(SlurmBaseOperator):
             context["ti"].xcom_push(key="usage", value=report.usage.to_dict())
         self.show_output_link(context, report.output_location)
         if not status.is_success:
-            headline = changed_script_headline(status, report.failure_excerpt)
+            excerpt = report.failure_excerpt
+            headline = changed_script_headline(status, excerpt) or uncopied_script_headline(status, excerpt)
             raise AirflowException(f"{headline}{status.describe()}{report.failure_excerpt}")
         self.log.info("%s", status.describe())
 

@@ -844,8 +844,8 @@ def test_live_output_is_on_by_default_where_the_output_locations_are_set() -> No
     hook = FakeHook(settings=READABLE)
     submit_op(hook).execute(ctx())
     script = submitted_script(hook)
-    assert "__live_folder=/mnt/out/live" in script and 'exit "$__live_status"\n' in script
-    assert SCRIPT in script  # the batch script itself, unchanged, run as the wrapper's child
+    assert "__live_folder=/mnt/out/live" in script and script.endswith('/bin/bash /dev/fd/9 "$@"\n')
+    assert SCRIPT in script  # the batch script itself, unchanged, which the wrapper becomes
 
 
 def test_without_output_locations_the_default_leaves_the_script_alone() -> None:
@@ -873,7 +873,7 @@ def test_a_script_of_any_interpreter_is_wrapped() -> None:
     submit_op(hook, script=python).execute(ctx())
     script = submitted_script(hook)
     assert script.startswith("#!/bin/bash\n#SBATCH --gres=gpu:1\n")
-    assert '/usr/bin/env python3 "$__live_script"' in script
+    assert '/usr/bin/env python3 /dev/fd/9 "$@"' in script
 
 
 @pytest.mark.parametrize(
