@@ -7,11 +7,12 @@ stdout and stderr sent to ``{try_folder}/{job}.out`` and ``.err``. Two jobs:
 - ``line a second``: a line a second on stdout for ``--seconds`` seconds (and a line on stderr every ten);
 - ``10 MB at once``: 100,000 lines of 100 bytes on stdout as fast as ``yes`` prints them, and 1,000 on stderr.
 
-For each run: CPU seconds (user + system) of the whole process tree, from ``wait4`` of its first
-process; and, sampled from ``/proc`` every 20 ms, the peak summed RSS of the tree and that of the
-wrapper and publisher processes (every process of the tree but the job's own script and what it
-starts: the wrapper's shell, the publisher's subshell and the ``stat``, ``tail``, ``head``,
-``mv``, ``date`` and ``sleep`` it runs; short ones may fall between samples).
+For each run, in a session of its own: CPU seconds (user + system) from ``wait4`` of its first
+process (the job's script, which the wrapper becomes) and of the publisher (detached from the job's
+script, it is reparented to this process, a child subreaper); and, sampled from ``/proc`` every
+20 ms, the peak summed RSS of the session's processes and that of the publisher's (every process
+of the session but the job's script and what it starts: the publisher's subshell and the ``stat``,
+``tail``, ``head``, ``mv``, ``date`` and ``sleep`` it runs; short ones may fall between samples).
 The job's own files must be byte for byte those of the plain run, and the published pieces must
 add up to them. The plain and wrapped runs of a job run side by side (the line-a-second job mostly
 sleeps), each repeated ``-n`` times for the 10-MB job.
@@ -23,6 +24,7 @@ sleeps), each repeated ``-n`` times for the 10-MB job.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import subprocess
 import tempfile
@@ -37,7 +39,7 @@ from benchmarks.common import machine_line, markdown_table, median
 
 SAMPLE_SECONDS = 0.02
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
-JOB_SCRIPT = "slurm-job-script."  # the wrapper's copy of the batch script: the job's own process
+PR_SET_CHILD_SUBREAPER = 36  # the publisher, once detached, becomes this process's child: its CPU is counted
 
 
 def line_a_second(seconds: int) -> str:
@@ -70,6 +72,7 @@ class Run:
     wrapper_rss_kib: int = 0  # peak summed RSS of the wrapper's own processes (sampled)
     wall_s: float = 0.0
     pid: int = 0
+    publishers: set[int] | None = None  # the session's processes reparented to this one
     done: bool = False
     status: int = 0
 
@@ -80,7 +83,9 @@ class Run:
         env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": self.job_id, "TMPDIR": str(self.folder.parent)}
         out, err = (open(self.folder / f"{self.job_id}.{stream}", "wb") for stream in ("out", "err"))  # noqa: SIM115
         with out, err:
-            process = subprocess.Popen(["bash", "-c", self.script, "slurm_script"], stdout=out, stderr=err, env=env)
+            process = subprocess.Popen(
+                ["bash", "-c", self.script, "slurm_script"], stdout=out, stderr=err, env=env, start_new_session=True
+            )
         self.pid, self.wall_s = process.pid, time.monotonic()
         # reaped with wait4 below, for the tree's resource usage: the Popen object never waits
         process.returncode = 0
@@ -91,51 +96,51 @@ class Run:
         self.status = os.waitstatus_to_exitcode(status)
         self.cpu_s = usage.ru_utime + usage.ru_stime
         self.done = True
+        for publisher in self.publishers or ():  # it ends a second or so after the job's script
+            _, _, usage = os.wait4(publisher, 0)
+            self.cpu_s += usage.ru_utime + usage.ru_stime
 
 
-def process_table() -> dict[int, tuple[int, int, list[str]]]:
-    """pid -> (parent pid, RSS in KiB, arguments) of every process now."""
+def process_table() -> dict[int, tuple[int, int, int]]:
+    """pid -> (parent pid, session, RSS in KiB) of every process now."""
     table = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             stat = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()
-            command = Path(f"/proc/{entry.name}/cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue  # ended meanwhile
-        table[int(entry.name)] = (int(stat[1]), int(stat[21]) * PAGE_KIB, command)
+        table[int(entry.name)] = (int(stat[1]), int(stat[3]), int(stat[21]) * PAGE_KIB)
     return table
 
 
-def is_the_job(command: list[str]) -> bool:
-    """The job's own script, as the wrapper runs it: ``bash /tmp/slurm-job-script.XXXXXX``."""
-    return len(command) > 1 and os.path.basename(command[1]).startswith(JOB_SCRIPT)
-
-
-def tree_rss(table: dict[int, tuple[int, int, list[str]]], root: int, *, but_the_job: bool) -> int:
-    """Summed RSS of the tree under ``root``, less the job's own subtree (the script the wrapper runs) if ``but_the_job``."""
+def subtree(table: dict[int, tuple[int, int, int]], root: int) -> set[int]:
+    """``root`` and every process it started (the job's script and what it runs)."""
     children: dict[int, list[int]] = {}
     for pid, (parent, _, _) in table.items():
         children.setdefault(parent, []).append(pid)
-    total, stack = 0, [root]
+    found, stack = set(), [root]
     while stack:
         pid = stack.pop()
-        if pid not in table or (but_the_job and is_the_job(table[pid][2])):
-            continue
-        total += table[pid][1]
-        stack += children.get(pid, [])
-    return total
+        if pid in table:
+            found.add(pid)
+            stack += children.get(pid, [])
+    return found
 
 
 def sample(runs: list[Run]) -> None:
-    """Note the wrapper processes' summed RSS of each run until all have ended."""
+    """Note each run's summed RSS, and its publisher's, until all have ended."""
     while not all(run.done for run in runs):
         table = process_table()
         for run in runs:
-            if not run.done:
-                run.tree_rss_kib = max(run.tree_rss_kib, tree_rss(table, run.pid, but_the_job=False))
-                run.wrapper_rss_kib = max(run.wrapper_rss_kib, tree_rss(table, run.pid, but_the_job=True))
+            if run.done:
+                continue
+            session = {pid for pid, (_, sid, _) in table.items() if sid == run.pid}
+            publisher = session - subtree(table, run.pid)
+            run.publishers = (run.publishers or set()) | {p for p in publisher if table[p][0] == os.getpid()}
+            run.tree_rss_kib = max(run.tree_rss_kib, sum(table[pid][2] for pid in session))
+            run.wrapper_rss_kib = max(run.wrapper_rss_kib, sum(table[pid][2] for pid in publisher))
         time.sleep(SAMPLE_SECONDS)
 
 
@@ -211,6 +216,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     print(machine_line())
     print(
         f"Real bash, no Slurm; the wrapper's processes sampled every {SAMPLE_SECONDS * 1000:g} ms; medians where repeated."
