@@ -3,9 +3,10 @@ Airflow reads as they appear.
 
 slurmrestd serves no file contents, and Cloud Storage FUSE uploads a file only when it is closed:
 the job's own stdout and stderr, open until it ends, are invisible until then. So the submitted
-script runs the batch script as its child and, beside it, a publisher that copies the new bytes of
-those two files into pieces, each written under a hidden name and renamed when closed (the rename
-is what the mount uploads), every ``period`` seconds and once more when the child ends. The job's
+script starts a publisher and becomes the batch script (``client/live_wrapper``); the publisher
+copies the new bytes of those two files into pieces, each written under a hidden name and renamed
+when closed (the rename is what the mount uploads), every ``period`` seconds and once more when the
+batch script has ended. The job's
 own files are not touched: they stay byte for byte what the batch script printed.
 
 A piece's name sorts by the time it was published, so that one listing of the ``live/`` folder

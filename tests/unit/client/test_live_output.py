@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +40,9 @@ exit "${2:-0}"
 """
 # a job starts with every signal's default action, whatever the shell running the tests ignores
 LAUNCH = ("env", "--default-signal")
+# a script is written and started under this lock: a process forked meanwhile would hold it open
+# for writing, and its exec fail ("Text file busy")
+STARTING = threading.Lock()
 REFUSAL = re.compile(
     r"slurm-job-api: cannot make a private copy of the batch script in (.+?): (.+); the job runs none of it"
 )
@@ -78,15 +82,16 @@ class Job:
         one_file: bool = False,
     ) -> subprocess.Popen[bytes]:
         path = self.root / "slurm_script"
-        path.write_text(batch)
-        path.chmod(0o700)
         environment = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": self.job_id, "TMPDIR": str(self.tmpdir)}
         mode = "ab" if append else "wb"
         with (
             self.out.open(mode) as out,
             self.err.open(mode) as err,
             stdin.open("rb") if stdin else open(os.devnull, "rb") as given,  # noqa: SIM115
+            STARTING,
         ):
+            path.write_text(batch)
+            path.chmod(0o700)
             return subprocess.Popen(
                 [*launch, str(path), *args],
                 stdin=given,
