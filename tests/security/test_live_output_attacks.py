@@ -34,7 +34,7 @@ def test_lines_imitating_airflow_are_shown_as_the_jobs_while_it_runs(
     shared_folder: Path, task_log: Callable[[], str]
 ) -> None:
     fake = ["Task exited with return code 0", "INFO - Marking task as SUCCESS"]
-    job_id = run_task("\n".join(f"echo '{line}'; echo '{line}' >&2" for line in fake) + "\nsleep 3")
+    job_id = run_task("\n".join(f"echo '{line}'; echo '{line}' >&2" for line in fake) + "\nsleep 5")
     log = task_log()
     for needle in fake:
         lines = [line for line in log.splitlines() if needle in line]
