@@ -58,8 +58,9 @@ def _reads() -> ThreadPoolExecutor:
 
 
 def _logging_turn() -> asyncio.Lock:
-    """Whose turn it is to log: one trigger's lines per turn of the event loop, so that a thousand
-    reads ending together are not all logged in one turn (which would hold every other trigger)."""
+    """Whose turn it is to log or start a read: one trigger's per turn of the event loop, so that a
+    thousand reads starting or ending together are not all done in one turn (which would hold every
+    other trigger)."""
     loop = asyncio.get_running_loop()
     if loop not in _TURNS:
         _TURNS[loop] = asyncio.Lock()
@@ -320,8 +321,13 @@ class LiveWatch(contextlib.AbstractAsyncContextManager):
             return False
         if not names:
             return True
-        # pieces read are logged even if the wait stops meanwhile: the follower has taken them
-        self._in_flight = asyncio.ensure_future(self._read_and_log(reader, names))
+        # one trigger starts its read per turn of the loop: a listing wakes a thousand triggers at
+        # once, and starting every read in one turn, while the first reads hold the GIL in their
+        # threads, held the loop for hundreds of milliseconds
+        async with _logging_turn():
+            # pieces read are logged even if the wait stops meanwhile: the follower has taken them
+            self._in_flight = asyncio.ensure_future(self._read_and_log(reader, names))
+            await asyncio.sleep(0)  # the turn ends here: the next trigger waits for the next one
         await asyncio.shield(self._in_flight)
         return reader.took_all
 
