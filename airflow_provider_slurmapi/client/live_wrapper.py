@@ -20,6 +20,7 @@ import shlex
 
 from airflow_provider_slurmapi.client.jobs import JobStatus
 from airflow_provider_slurmapi.client.live_output import folder_tag
+from airflow_provider_slurmapi.client.staging import interpreter_and_directives, wrapper_refusal
 
 LIVE_SCRIPT_UNCOPIED = 96  # the wrapper's exit code when it could not make its private copy of the script
 _UNCOPIED_LINE = re.compile(
@@ -38,8 +39,6 @@ def live_script(script: str, *, try_folder: str, live_folder: str, period: int, 
     publishes only its own bytes). A piece that cannot be written is skipped, never failing the
     job; the first failure is said once, in one line on the job's stderr (the only line the
     publisher ever adds there)."""
-    from airflow_provider_slurmapi.client.staging import interpreter_and_directives
-
     interpreter, header = interpreter_and_directives(script)
     text = script if script.endswith("\n") else script + "\n"  # what the copy holds
     digest = hashlib.sha256(text.encode()).hexdigest()
@@ -155,11 +154,9 @@ while IFS= read -r -d '' __live_variable; do __live_env+=("$__live_variable"); d
 
 def uncopied_script_headline(status: JobStatus, error_output: str) -> str:
     """The start of a failed task's message when the live-output wrapper could not make its private
-    copy of the batch script (its exit code and its line in ``error_output``, the end of the job's
-    stderr); else ""."""
-    exit_code = status.exit_code
-    found = _UNCOPIED_LINE.search(error_output)
-    if found is None or exit_code is None or exit_code.return_code != LIVE_SCRIPT_UNCOPIED:
+    copy of the batch script; else ""."""
+    found = wrapper_refusal(status, error_output, _UNCOPIED_LINE, LIVE_SCRIPT_UNCOPIED)
+    if found is None:
         return ""
     return (
         f"The job could not make a private copy of its batch script in {found.group(1)} ({found.group(2)}), "

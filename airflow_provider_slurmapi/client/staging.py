@@ -142,12 +142,20 @@ def interpreter_and_directives(script: str) -> tuple[str, list[str]]:
     return interpreter, header
 
 
+def wrapper_refusal(status: JobStatus, error_output: str, line: re.Pattern[str], code: int) -> re.Match[str] | None:
+    """The refusal line of a provider's wrapper that ran none of the script: ``line`` in
+    ``error_output`` (the end of the job's stderr) of a job that ended with the wrapper's exit ``code``."""
+    exit_code = status.exit_code
+    if exit_code is None or exit_code.return_code != code:
+        return None
+    return line.search(error_output)
+
+
 def changed_script_headline(status: JobStatus, error_output: str) -> str:
     """The start of a failed task's message when the job's wrapper refused a changed staged
-    script (its exit code and its line in ``error_output``, the end of the job's stderr); else ""."""
-    exit_code = status.exit_code
-    found = _CHANGED_LINE.search(error_output)
-    if found is None or exit_code is None or exit_code.return_code != STAGED_SCRIPT_CHANGED:
+    script; else ""."""
+    found = wrapper_refusal(status, error_output, _CHANGED_LINE, STAGED_SCRIPT_CHANGED)
+    if found is None:
         return ""
     return (
         f"The staged script {found.group(1)} was changed after Airflow staged it, so the job ran none of it "
