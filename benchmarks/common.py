@@ -11,6 +11,7 @@ import io
 import json
 import os
 import platform
+import socket
 import statistics
 import subprocess
 import sys
@@ -117,6 +118,31 @@ def connection_json(emu: EmulatorAddress) -> str:
         "key_path": str(emu.key_file),
     }
     return json.dumps({"conn_type": "slurm_job_api", "extra": extra})
+
+
+@contextlib.contextmanager
+def stand_in_server(module: str, *arguments: str) -> Iterator[str]:
+    """The URL of ``python -m module --stand-in PORT *arguments`` (an HTTP stand-in serving on a free
+    local port), once it accepts connections; it is stopped at the end."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", module, "--stand-in", str(port), *arguments]
+    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the stand-in of {module} did not start") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(30)
 
 
 @contextlib.contextmanager

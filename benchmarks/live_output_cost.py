@@ -29,17 +29,24 @@ import heapq
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from benchmarks.common import REPO_ROOT, StallProbe, machine_line, markdown_table, provider_at, use_private_airflow_home
+from benchmarks.common import (
+    REPO_ROOT,
+    StallProbe,
+    machine_line,
+    markdown_table,
+    provider_at,
+    stand_in_server,
+    use_private_airflow_home,
+)
 from benchmarks.triggerer_scale import cpu_at, percentile, rss_kib, start_emulator
 from tests.storage import BUCKET
 
@@ -100,29 +107,6 @@ def serve_stand_in(port: int) -> None:
     from gcp_storage_emulator.server import create_server  # type: ignore[import-untyped]
 
     create_server("127.0.0.1", port, in_memory=True, default_bucket=BUCKET).run()
-
-
-@contextlib.contextmanager
-def stand_in() -> Iterator[str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "benchmarks.live_output_cost", "--stand-in", str(port)]
-    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 1).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the Cloud Storage stand-in did not start") from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(30)
 
 
 # --- the jobs' publishers, in a process of their own -------------------------------------------
@@ -393,7 +377,7 @@ def measure(count: int, interval: float, period: int, steady: float, mode: str, 
         stack.callback(emulator.terminate)
         env = dict(os.environ)
         if live:
-            env["STORAGE_EMULATOR_HOST"] = stack.enter_context(stand_in())
+            env["STORAGE_EMULATOR_HOST"] = stack.enter_context(stand_in_server("benchmarks.live_output_cost"))
             conn = json.loads(connection)
             conn["extra"]["output_uri"] = URI
             connection = json.dumps(conn)

@@ -29,21 +29,26 @@ import bisect
 import contextlib
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from benchmarks.common import REPO_ROOT, machine_line, markdown_table, provider_at, use_private_airflow_home
+from benchmarks.common import (
+    machine_line,
+    markdown_table,
+    provider_at,
+    stand_in_server,
+    use_private_airflow_home,
+)
 from benchmarks.triggerer_scale import start_emulator
+from tests.unit.task_fakes import FakeVariables
 
 BASELINE_REF = "5bd9020"  # the provider before the listing fix
 BUCKET = "slurm-output"
@@ -126,46 +131,7 @@ def serve_listings(port: int, count: int, now: float) -> None:
     ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
 
 
-@contextlib.contextmanager
-def listing_stand_in(count: int) -> Iterator[str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "benchmarks.live_output_listing", "--stand-in", str(port), str(count)]
-    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 1).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the listing stand-in did not start") from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(30)
-
-
 # --- one configuration, in its own process ------------------------------------------------------
-
-
-class Variables:
-    """Airflow's Variables as a dict (no metadata database here), where triggers keep their position."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, str] = {}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
-
-    def set(self, key: str, value: str, description: str | None = None) -> None:
-        self.values[key] = value
-
-    def delete(self, key: str) -> None:
-        self.values.pop(key, None)
 
 
 def operator_spec(job_id: str, submitted_at: float) -> dict[str, Any]:
@@ -191,7 +157,7 @@ async def follow(job_id: str, submitted_at: float, interval: float, listings: in
     from airflow_provider_slurmapi.triggers import live_output as live_triggers
     from airflow_provider_slurmapi.triggers.job import SlurmJobTrigger
 
-    variables = Variables()
+    variables = FakeVariables()  # the triggers' positions: in memory, no database
     live_triggers._variables = lambda: variables  # type: ignore[attr-defined]
     made: list[dict[str, Any]] = []  # per listing: offset, names, time, pages, bytes
     requests_made: list[tuple[int, bool, int]] = []  # each storage request's thread, whether a page, response bytes
@@ -265,7 +231,7 @@ def measure(ref: str | None, older: int, interval: float, listings: int) -> dict
     with (
         tempfile.TemporaryDirectory(prefix="bench-live-listing-") as work,
         provider_at(ref) as root,
-        listing_stand_in(older) as storage,
+        stand_in_server("benchmarks.live_output_listing", str(older)) as storage,
     ):
         emulator, connection = start_emulator(Path(work))
         try:

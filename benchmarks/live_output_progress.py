@@ -35,6 +35,7 @@ from typing import Any
 
 from benchmarks.common import machine_line, markdown_table, provider_at, use_private_airflow_home
 from benchmarks.triggerer_scale import rss_kib
+from tests.unit.task_fakes import FakeVariables
 
 BASELINE_REF = "5bd9020"  # the provider before the progress-line fix
 URI = "gs://slurm-output/bench"
@@ -86,29 +87,13 @@ class Store:
         return self.objects[location.rsplit("/", 1)[-1]][:max_bytes]
 
 
-class Variables:
-    """Airflow's Variables as a dict (no metadata database here)."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, str] = {}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
-
-    def set(self, key: str, value: str, description: str | None = None) -> None:
-        self.values[key] = value
-
-    def delete(self, key: str) -> None:
-        self.values.pop(key, None)
-
-
 async def follow(seconds: int, period: int, interval: int) -> dict[str, Any]:
     """Play the job's pieces to the follower, an interval at a time; the largest sizes seen."""
     from airflow_provider_slurmapi.client.live_output import LiveFollower, LiveOutputSettings, folder_tag
     from airflow_provider_slurmapi.hooks.live_reader import LiveOutputReader
     from airflow_provider_slurmapi.triggers import live_output as live_triggers
 
-    variables = Variables()
+    variables = FakeVariables()  # the triggers' positions: in memory, no database
     live_triggers._variables = lambda: variables  # type: ignore[attr-defined]
     tag = folder_tag(f"{URI}/bench__try1__0")
     planned = pieces(seconds, period, tag)
